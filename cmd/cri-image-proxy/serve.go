@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
+)
+
+// serveFlags are the command-line overrides of the configuration file.
+type serveFlags struct {
+	config            string
+	socket            string
+	socketGroup       string
+	runtimeEndpoint   string
+	imageEndpoint     string
+	monitoringAddress string
+	shutdownTimeout   time.Duration
+	logLevel          string
+	logFormat         string
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve CRI on a unix socket, forwarding to the container runtime",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadServeConfig(cmd, &f)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg)
+		},
+	}
+	d := config.Default()
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "configuration file ("+config.APIVersion+" "+config.Kind+"); flags override it")
+	fl.StringVar(&f.socket, "socket", d.Socket.Path, "unix socket to serve CRI on")
+	fl.StringVar(&f.socketGroup, "socket-group", "", "group that may use the socket (mode 0660), a name or a GID")
+	fl.StringVar(&f.runtimeEndpoint, "runtime-endpoint", d.RuntimeEndpoint, "the container runtime's CRI endpoint")
+	fl.StringVar(&f.imageEndpoint, "image-endpoint", "", "a separate CRI image service endpoint, as the kubelet's --image-service-endpoint")
+	fl.StringVar(&f.monitoringAddress, "monitoring-address", d.Monitoring.Address, "host:port for /metrics, /healthz and /readyz; - turns it off")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", d.ShutdownTimeout.Duration, "how long calls in flight may finish after SIGTERM")
+	fl.StringVar(&f.logLevel, "log-level", d.Logging.Level, "debug, info, warn or error; debug logs every CRI call (never its content)")
+	fl.StringVar(&f.logFormat, "log-format", d.Logging.Format, "text or json")
+	return cmd
+}
+
+// loadServeConfig reads the configuration file, if any, lets the flags the
+// user set override it, and validates the result.
+func loadServeConfig(cmd *cobra.Command, f *serveFlags) (*config.ProxyConfiguration, error) {
+	cfg := config.Default()
+	if f.config != "" {
+		data, err := os.ReadFile(f.config)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if cfg, err = config.Decode(data); err != nil {
+			return nil, fmt.Errorf("config %s: %w", f.config, err)
+		}
+	}
+	set := cmd.Flags().Changed
+	if set("socket") {
+		cfg.Socket.Path = f.socket
+	}
+	if set("socket-group") {
+		cfg.Socket.Group = f.socketGroup
+	}
+	if set("runtime-endpoint") {
+		cfg.RuntimeEndpoint = f.runtimeEndpoint
+	}
+	if set("image-endpoint") {
+		cfg.ImageEndpoint = f.imageEndpoint
+	}
+	if set("monitoring-address") {
+		cfg.Monitoring.Address = f.monitoringAddress
+	}
+	if set("shutdown-timeout") {
+		cfg.ShutdownTimeout.Duration = f.shutdownTimeout
+	}
+	if set("log-level") {
+		cfg.Logging.Level = f.logLevel
+	}
+	if set("log-format") {
+		cfg.Logging.Format = f.logFormat
+	}
+	if err := cfg.Validate(); err != nil {
+		if f.config != "" {
+			return nil, fmt.Errorf("config %s with flags: %w", f.config, err)
+		}
+		return nil, fmt.Errorf("flags: %w", err)
+	}
+	return cfg, nil
+}
+
+func newLogger(l config.Logging) *slog.Logger {
+	level, _ := l.SlogLevel() // validated
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// serve runs the daemon until ctx is cancelled (SIGTERM, SIGINT), then
+// shuts down gracefully.
+func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
+	log := newLogger(cfg.Logging)
+	backend, err := criproxy.Dial(cfg.RuntimeEndpoint, cfg.ImageEndpoint)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	sock, err := unixsock.Listen(cfg.Socket.Path, unixsock.Options{Group: cfg.Socket.Group})
+	if err != nil {
+		return err
+	}
+	var mon *monitoring.Server
+	var monListener net.Listener
+	if cfg.Monitoring.Address != "-" {
+		if mon, err = monitoring.New(reg, reg, backend.Ready, log); err != nil {
+			sock.Close()
+			return err
+		}
+		if monListener, err = net.Listen("tcp", cfg.Monitoring.Address); err != nil {
+			sock.Close()
+			return fmt.Errorf("monitoring address: %w", err)
+		}
+	}
+
+	log.Info("serving CRI", "socket", cfg.Socket.Path, "runtime", backend.RuntimeEndpoint,
+		"image", backend.ImageEndpoint, "monitoring", cfg.Monitoring.Address)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := proxy.Serve(sock); err != nil {
+			return fmt.Errorf("serving CRI on %s: %w", cfg.Socket.Path, err)
+		}
+		return nil
+	})
+	if mon != nil {
+		g.Go(func() error { return mon.Serve(monListener) })
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		if ctx.Err() != nil {
+			log.Info("shutting down: no new calls; waiting for calls in flight", "timeout", cfg.ShutdownTimeout.Duration)
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
+		defer cancel()
+		proxy.Shutdown(sctx)
+		sock.Close() // the gRPC server closed the listener; this releases the instance lock
+		if mon != nil {
+			_ = mon.Shutdown(sctx)
+		}
+		return nil
+	})
+	err = g.Wait()
+	if err == nil || errors.Is(err, context.Canceled) {
+		log.Info("stopped")
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,202 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// The type this package decodes.
+const (
+	APIVersion = "config.cri-image-proxy.io/v1alpha1"
+	Kind       = "ProxyConfiguration"
+)
+
+// Defaults.
+const (
+	DefaultSocketPath        = "/run/cri-image-proxy/cri-image-proxy.sock"
+	DefaultRuntimeEndpoint   = "unix:///run/containerd/containerd.sock"
+	DefaultMonitoringAddress = "127.0.0.1:9741"
+	DefaultShutdownTimeout   = 30 * time.Second
+)
+
+// ProxyConfiguration configures cri-image-proxy serve.
+type ProxyConfiguration struct {
+	// APIVersion is config.cri-image-proxy.io/v1alpha1.
+	APIVersion string `json:"apiVersion"`
+	// Kind is ProxyConfiguration.
+	Kind string `json:"kind"`
+
+	// Socket is where the proxy serves CRI: the kubelet's
+	// --container-runtime-endpoint and crictl point here.
+	Socket Socket `json:"socket"`
+	// RuntimeEndpoint is the runtime the proxy forwards to, as unix:///path.
+	// Default: unix:///run/containerd/containerd.sock.
+	RuntimeEndpoint string `json:"runtimeEndpoint,omitempty"`
+	// ImageEndpoint, when set, serves the ImageService instead of
+	// RuntimeEndpoint, like the kubelet's --image-service-endpoint.
+	ImageEndpoint string `json:"imageEndpoint,omitempty"`
+	// Monitoring serves /metrics, /healthz and /readyz.
+	Monitoring Monitoring `json:"monitoring"`
+	// ShutdownTimeout bounds how long calls in flight (a long PullImage) may
+	// run after SIGTERM or SIGINT before they are cancelled. Default: 30s.
+	ShutdownTimeout metav1.Duration `json:"shutdownTimeout"`
+	// Logging configures the daemon's logs.
+	Logging Logging `json:"logging"`
+}
+
+// Socket is the proxy's own CRI socket.
+type Socket struct {
+	// Path of the socket. Default: /run/cri-image-proxy/cri-image-proxy.sock.
+	Path string `json:"path,omitempty"`
+	// Group that may use the socket (mode 0660), a name or a GID. Empty:
+	// the daemon's own group.
+	Group string `json:"group,omitempty"`
+}
+
+// Monitoring is the HTTP endpoint for metrics and health checks.
+type Monitoring struct {
+	// Address to listen on, host:port. Default 127.0.0.1:9741. "-" turns
+	// the endpoint off.
+	Address string `json:"address,omitempty"`
+}
+
+// Logging configures the logs, written to standard error.
+type Logging struct {
+	// Level is debug, info (default), warn or error. At debug every CRI call
+	// is logged with its method, code and duration, never its content.
+	Level string `json:"level,omitempty"`
+	// Format is text (default) or json.
+	Format string `json:"format,omitempty"`
+}
+
+// Default returns a configuration with every default filled in.
+func Default() *ProxyConfiguration {
+	c := &ProxyConfiguration{APIVersion: APIVersion, Kind: Kind}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills the fields left empty.
+func (c *ProxyConfiguration) SetDefaults() {
+	if c.Socket.Path == "" {
+		c.Socket.Path = DefaultSocketPath
+	}
+	if c.RuntimeEndpoint == "" {
+		c.RuntimeEndpoint = DefaultRuntimeEndpoint
+	}
+	if c.Monitoring.Address == "" {
+		c.Monitoring.Address = DefaultMonitoringAddress
+	}
+	if c.ShutdownTimeout.Duration == 0 {
+		c.ShutdownTimeout.Duration = DefaultShutdownTimeout
+	}
+	if c.Logging.Level == "" {
+		c.Logging.Level = "info"
+	}
+	if c.Logging.Format == "" {
+		c.Logging.Format = "text"
+	}
+}
+
+// Load reads, decodes, defaults and validates the file at path.
+func Load(path string) (*ProxyConfiguration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Decode decodes YAML or JSON strictly and fills defaults; it does not
+// validate, so that flags can be applied first.
+func Decode(data []byte) (*ProxyConfiguration, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, err
+	}
+	c := &ProxyConfiguration{}
+	// sigs.k8s.io/json names the full path of an unknown field, as
+	// Kubernetes component configs do ("socket.pth").
+	strictErrs, err := kjson.UnmarshalStrict(js, c, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, err
+	}
+	if len(strictErrs) > 0 {
+		return nil, errors.Join(strictErrs...)
+	}
+	if c.APIVersion != APIVersion || c.Kind != Kind {
+		return nil, fmt.Errorf("apiVersion/kind is %q/%q, want %q/%q", c.APIVersion, c.Kind, APIVersion, Kind)
+	}
+	c.SetDefaults()
+	return c, nil
+}
+
+// Validate reports every problem at once, each with its field path.
+func (c *ProxyConfiguration) Validate() error {
+	var errs field.ErrorList
+	if !filepath.IsAbs(c.Socket.Path) {
+		errs = append(errs, field.Invalid(field.NewPath("socket", "path"), c.Socket.Path, "must be an absolute path"))
+	} else if len(c.Socket.Path) > 107 {
+		errs = append(errs, field.TooLong(field.NewPath("socket", "path"), c.Socket.Path, 107))
+	}
+	errs = append(errs, validateEndpoint(field.NewPath("runtimeEndpoint"), c.RuntimeEndpoint, true)...)
+	errs = append(errs, validateEndpoint(field.NewPath("imageEndpoint"), c.ImageEndpoint, false)...)
+	if c.Socket.Path != "" && (c.RuntimeEndpoint == "unix://"+c.Socket.Path || c.ImageEndpoint == "unix://"+c.Socket.Path) {
+		errs = append(errs, field.Invalid(field.NewPath("socket", "path"), c.Socket.Path, "is the runtime endpoint: the proxy would forward to itself"))
+	}
+	if a := c.Monitoring.Address; a != "-" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("monitoring", "address"), a, "must be host:port, or - to turn it off"))
+		}
+	}
+	if c.ShutdownTimeout.Duration < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("shutdownTimeout"), c.ShutdownTimeout.Duration.String(), "must not be negative"))
+	}
+	if _, err := c.Logging.SlogLevel(); err != nil {
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "level"), c.Logging.Level, []string{"debug", "info", "warn", "error"}))
+	}
+	if f := c.Logging.Format; f != "text" && f != "json" {
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), f, []string{"text", "json"}))
+	}
+	return errs.ToAggregate()
+}
+
+// validateEndpoint checks a unix:///path endpoint; only the runtime
+// endpoint is required.
+func validateEndpoint(p *field.Path, endpoint string, required bool) field.ErrorList {
+	if endpoint == "" {
+		if required {
+			return field.ErrorList{field.Required(p, "the runtime's CRI socket, as unix:///path")}
+		}
+		return nil
+	}
+	if _, err := criproxy.ParseEndpoint(endpoint); err != nil {
+		return field.ErrorList{field.Invalid(p, endpoint, err.Error())}
+	}
+	return nil
+}
+
+// SlogLevel returns the level as a slog.Level.
+func (l Logging) SlogLevel() (slog.Level, error) {
+	var lvl slog.Level
+	err := lvl.UnmarshalText([]byte(l.Level))
+	return lvl, err
+}

@@ -1,0 +1,105 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	t.Run("a full file decodes field by field", func(t *testing.T) {
+		c, err := Load(filepath.Join("testdata", "full.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Default()
+		want.Socket.Group = "0"
+		want.ImageEndpoint = "unix:///run/containerd/containerd.sock"
+		want.ShutdownTimeout.Duration = 45 * time.Second
+		want.Logging = Logging{Level: "debug", Format: "json"}
+		if diff := cmp.Diff(want, c); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a minimal file gets every default", func(t *testing.T) {
+		c, err := Load(filepath.Join("testdata", "minimal.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(Default(), c); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a missing file names its path", func(t *testing.T) {
+		_, err := Load("testdata/nope.yaml")
+		if err == nil || !strings.Contains(err.Error(), "testdata/nope.yaml") {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
+	head := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ProxyConfiguration\n"
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"a misspelt field is refused by name", head + "sockt: {}\n", `unknown field "sockt"`},
+		{"a misspelt nested field is refused by name", head + "socket: {pth: /x}\n", `unknown field "socket.pth"`},
+		{"another kind is refused", "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: KubeletConfiguration\n", `"KubeletConfiguration"`},
+		{"a missing apiVersion is refused", "kind: ProxyConfiguration\n", `apiVersion/kind`},
+		{"a bad duration is refused", head + "shutdownTimeout: soon\n", `soon`},
+		{"a wrong type is refused", head + "socket: [1]\n", `socket`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		change func(*ProxyConfiguration)
+		want   []string // each must appear in the error
+	}{
+		{"the defaults are valid", func(*ProxyConfiguration) {}, nil},
+		{"a relative socket path names the field", func(c *ProxyConfiguration) { c.Socket.Path = "proxy.sock" }, []string{"socket.path", "absolute"}},
+		{"a tcp runtime endpoint names the field", func(c *ProxyConfiguration) { c.RuntimeEndpoint = "tcp://1.2.3.4:5" }, []string{"runtimeEndpoint", "unix"}},
+		{"a relative unix endpoint names the field", func(c *ProxyConfiguration) { c.ImageEndpoint = "unix://run/x.sock" }, []string{"imageEndpoint", "absolute"}},
+		{"forwarding to itself is refused", func(c *ProxyConfiguration) { c.RuntimeEndpoint = "unix://" + c.Socket.Path }, []string{"socket.path", "itself"}},
+		{"a monitoring address without port names the field", func(c *ProxyConfiguration) { c.Monitoring.Address = "localhost" }, []string{"monitoring.address"}},
+		{"monitoring can be turned off", func(c *ProxyConfiguration) { c.Monitoring.Address = "-" }, nil},
+		{"an unknown log level lists the supported ones", func(c *ProxyConfiguration) { c.Logging.Level = "loud" }, []string{"logging.level", `"debug"`}},
+		{"a negative shutdown timeout names the field", func(c *ProxyConfiguration) { c.ShutdownTimeout.Duration = -time.Second }, []string{"shutdownTimeout"}},
+		{"every problem is reported at once", func(c *ProxyConfiguration) { c.Socket.Path = "x"; c.Logging.Format = "xml" }, []string{"socket.path", "logging.format"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.change(c)
+			err := c.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("got %v, want valid", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("got valid, want an error containing %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}

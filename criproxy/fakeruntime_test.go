@@ -1,0 +1,254 @@
+package criproxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// fakeRuntime is a small in-process CRI runtime for the unit tests. It
+// answers a few methods with fixtures, echoes every method it does not know
+// (as a newer runtime would serve methods this build has never seen), and
+// reports what it saw of metadata and deadlines in response headers.
+type fakeRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	name string // answered as RuntimeName, to tell two runtimes apart
+
+	mu    sync.Mutex
+	calls map[string]int // full method -> calls seen
+	lastPull *runtimeapi.PullImageRequest
+}
+
+func (f *fakeRuntime) seen(method string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls == nil {
+		f.calls = make(map[string]int)
+	}
+	f.calls[method]++
+}
+
+func (f *fakeRuntime) count(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[method]
+}
+
+// reportContext sends, as headers, the x-test metadata and the deadline the
+// runtime saw, and sets a trailer.
+func reportContext(ctx context.Context) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	hdr := metadata.Pairs("x-seen-test", fmt.Sprint(md.Get("x-test")))
+	if d, ok := ctx.Deadline(); ok {
+		hdr.Set("x-seen-deadline-ms", strconv.FormatInt(time.Until(d).Milliseconds(), 10))
+	}
+	_ = grpc.SetHeader(ctx, hdr)
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "from-runtime"))
+}
+
+func (f *fakeRuntime) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	f.seen("Version")
+	reportContext(ctx)
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: f.name, RuntimeVersion: "1.0", RuntimeApiVersion: "v1"}, nil
+}
+
+func (f *fakeRuntime) Status(ctx context.Context, _ *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	f.seen("Status")
+	reportContext(ctx)
+	st := status.New(codes.FailedPrecondition, "runtime says: not today")
+	st, _ = st.WithDetails(&runtimeapi.VersionResponse{RuntimeName: "detail"})
+	return nil, st.Err()
+}
+
+func (f *fakeRuntime) ImageStatus(ctx context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	f.seen("ImageStatus")
+	if r.GetImage().GetImage() == "absent" {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:" + f.name, RepoTags: []string{r.GetImage().GetImage()}, Size: 42}}, nil
+}
+
+func (f *fakeRuntime) PullImage(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	f.seen("PullImage")
+	reportContext(ctx)
+	f.mu.Lock()
+	f.lastPull = r
+	f.mu.Unlock()
+	if r.GetImage().GetImage() == "slow" {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &runtimeapi.PullImageResponse{ImageRef: "sha256:pulled-" + r.GetImage().GetImage()}, nil
+}
+
+func (f *fakeRuntime) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	f.seen("RemoveImage")
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+// ListImages answers r.Filter.Image.Image images of roughly 1 KiB each when
+// that is a number, so tests can ask for any message size.
+func (f *fakeRuntime) ListImages(ctx context.Context, r *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	f.seen("ListImages")
+	n, _ := strconv.Atoi(r.GetFilter().GetImage().GetImage())
+	resp := &runtimeapi.ListImagesResponse{}
+	pad := string(make([]byte, 1000))
+	for i := 0; i < n; i++ {
+		resp.Images = append(resp.Images, &runtimeapi.Image{Id: fmt.Sprintf("sha256:%d", i), RepoTags: []string{pad}, Size: 1})
+	}
+	return resp, nil
+}
+
+func (f *fakeRuntime) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	f.seen("CreateContainer")
+	return &runtimeapi.CreateContainerResponse{ContainerId: "ctr-" + r.GetConfig().GetImage().GetImage()}, nil
+}
+
+func (f *fakeRuntime) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	f.seen("RemovePodSandbox")
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// GetContainerEvents sends three events, then ends with the status the
+// client asked for (none: OK).
+func (f *fakeRuntime) GetContainerEvents(r *runtimeapi.GetEventsRequest, ss runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	f.seen("GetContainerEvents")
+	reportContext(ss.Context())
+	for i := 0; i < 3; i++ {
+		if err := ss.Send(&runtimeapi.ContainerEventResponse{ContainerId: fmt.Sprint("c", i)}); err != nil {
+			return err
+		}
+	}
+	return status.Error(codes.Aborted, "events end here")
+}
+
+// echo serves every method the fake does not implement by sending each
+// message back, whatever the method's kind.
+func (f *fakeRuntime) echo(_ any, ss grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(ss)
+	f.seen(method)
+	reportContext(ss.Context())
+	for {
+		m := new(frame)
+		if err := ss.RecvMsg(m); err != nil {
+			return nil
+		}
+		if err := ss.SendMsg(m); err != nil {
+			return err
+		}
+	}
+}
+
+// shortTempDir returns a fresh directory with a path short enough for unix
+// sockets (108 bytes), removed at the end of the test.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startFakeRuntime serves f on path until the test ends or stop is called.
+func startFakeRuntime(t testing.TB, f *fakeRuntime, path string) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(
+		grpc.ForceServerCodecV2(codec{}),
+		grpc.UnknownServiceHandler(f.echo),
+		grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+	)
+	runtimeapi.RegisterRuntimeServiceServer(srv, f)
+	runtimeapi.RegisterImageServiceServer(srv, f)
+	go srv.Serve(l)
+	var once sync.Once
+	stop = func() { once.Do(srv.Stop) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// proxyRig is a proxy in front of one or two fake runtimes, and a client.
+type proxyRig struct {
+	runtime, image *fakeRuntime
+	runtimeSock    string
+	stopRuntime    func()
+	server         *Server
+	conn           *grpc.ClientConn
+	rt             runtimeapi.RuntimeServiceClient
+	img            runtimeapi.ImageServiceClient
+	direct         runtimeapi.RuntimeServiceClient // the runtime without the proxy
+}
+
+// newProxyRig starts a fake runtime, a proxy with opts in front of it and a
+// client of the proxy. With separateImage the ImageService is a second fake.
+func newProxyRig(t testing.TB, opts Options, separateImage bool) *proxyRig {
+	t.Helper()
+	dir := shortTempDir(t)
+	r := &proxyRig{runtime: &fakeRuntime{name: "runtime"}, runtimeSock: filepath.Join(dir, "rt.sock")}
+	r.stopRuntime = startFakeRuntime(t, r.runtime, r.runtimeSock)
+	imageEndpoint := ""
+	r.image = r.runtime
+	if separateImage {
+		r.image = &fakeRuntime{name: "image"}
+		imageSock := filepath.Join(dir, "img.sock")
+		startFakeRuntime(t, r.image, imageSock)
+		imageEndpoint = "unix://" + imageSock
+	}
+	backend, err := Dial("unix://"+r.runtimeSock, imageEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { backend.Close() })
+	if r.server, err = New(backend, opts); err != nil {
+		t.Fatal(err)
+	}
+	proxySock := filepath.Join(dir, "proxy.sock")
+	l, err := net.Listen("unix", proxySock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.server.Serve(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.server.Shutdown(ctx)
+	})
+	r.conn, err = grpc.NewClient("unix://"+proxySock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.conn.Close() })
+	r.rt = runtimeapi.NewRuntimeServiceClient(r.conn)
+	direct, err := grpc.NewClient("unix://"+r.runtimeSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	r.direct = runtimeapi.NewRuntimeServiceClient(direct)
+	r.img = runtimeapi.NewImageServiceClient(r.conn)
+	return r
+}

@@ -1,0 +1,222 @@
+package criproxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// recorder is a hook on all six interception points. It notes each call
+// under its name, tags requests so the runtime's answer proves the request
+// went through the hook, and otherwise forwards.
+type recorder struct {
+	name string
+	mu   sync.Mutex
+	log  *[]string
+}
+
+func (r *recorder) note(method string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.log = append(*r.log, r.name+":"+method)
+}
+
+func (r *recorder) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+	r.note("PullImage")
+	req.Image.Image += "+" + r.name
+	return next(ctx, req)
+}
+
+func (r *recorder) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error) {
+	r.note("ImageStatus")
+	return next(ctx, req)
+}
+
+func (r *recorder) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next RemoveImageFunc) (*runtimeapi.RemoveImageResponse, error) {
+	r.note("RemoveImage")
+	return next(ctx, req)
+}
+
+func (r *recorder) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest, next ListImagesFunc) (*runtimeapi.ListImagesResponse, error) {
+	r.note("ListImages")
+	return next(ctx, req)
+}
+
+func (r *recorder) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
+	r.note("CreateContainer")
+	return next(ctx, req)
+}
+
+func (r *recorder) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next RemovePodSandboxFunc) (*runtimeapi.RemovePodSandboxResponse, error) {
+	r.note("RemovePodSandbox")
+	return next(ctx, req)
+}
+
+func TestHooksOnEveryInterceptionPoint(t *testing.T) {
+	t.Parallel()
+	var log []string
+	outer, inner := &recorder{name: "outer", log: &log}, &recorder{name: "inner", log: &log}
+	rig := newProxyRig(t, Options{Hooks: []any{outer, inner}}, false)
+	ctx := context.Background()
+
+	pull, err := rig.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "sha256:pulled-app+outer+inner"; pull.ImageRef != want {
+		t.Errorf("PullImage ref = %q, want %q: the hooks' changes reach the runtime in order", pull.ImageRef, want)
+	}
+	if _, err := rig.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "app"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rig.img.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: "app"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rig.img.ListImages(ctx, &runtimeapi.ListImagesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := rig.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{Config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: "app"}}})
+	if err != nil || cc.ContainerId != "ctr-app" {
+		t.Fatalf("CreateContainer = %v, %v", cc, err)
+	}
+	if _, err := rig.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	// Not an interception point: passes through untouched.
+	if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var want []string
+	for _, m := range []string{"PullImage", "ImageStatus", "RemoveImage", "ListImages", "CreateContainer", "RemovePodSandbox"} {
+		want = append(want, "outer:"+m, "inner:"+m)
+		if rig.runtime.count(m) != 1 {
+			t.Errorf("the runtime saw %s %d times, want 1", m, rig.runtime.count(m))
+		}
+	}
+	if diff := cmp.Diff(want, log); diff != "" {
+		t.Errorf("hook calls (-want +got):\n%s", diff)
+	}
+}
+
+// onlyPull intercepts PullImage alone, answering itself for some images
+// and failing for others.
+type onlyPull struct{}
+
+func (onlyPull) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+	switch req.GetImage().GetImage() {
+	case "answer-locally":
+		return &runtimeapi.PullImageResponse{ImageRef: "sha256:local"}, nil
+	case "denied":
+		return nil, fmt.Errorf("image %q for pod %q: %w", "denied", "p", errdefs.ErrPermissionDenied)
+	case "broken":
+		return nil, fmt.Errorf("record store: disk on fire")
+	}
+	return next(ctx, req)
+}
+
+func TestHookAnswersAndErrors(t *testing.T) {
+	t.Parallel()
+	rig := newProxyRig(t, Options{Hooks: []any{onlyPull{}}}, false)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name        string
+		image       string
+		wantRef     string
+		wantCode    codes.Code
+		wantMessage string
+		wantPulls   int
+	}{
+		{name: "a hook may answer without the runtime", image: "answer-locally", wantRef: "sha256:local"},
+		{name: "a hook's errdefs error becomes its gRPC code, message intact", image: "denied", wantCode: codes.PermissionDenied,
+			wantMessage: `image "denied" for pod "p": permission denied`},
+		{name: "any other hook error is Unknown, as containerd answers", image: "broken", wantCode: codes.Unknown,
+			wantMessage: "record store: disk on fire"},
+		{name: "the runtime's answer passes through the hook", image: "app", wantRef: "sha256:pulled-app", wantPulls: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := rig.runtime.count("PullImage")
+			resp, err := pullImage(rig, ctx, tc.image)
+			if st := status.Convert(err); st.Code() != tc.wantCode || (tc.wantMessage != "" && st.Message() != tc.wantMessage) {
+				t.Fatalf("got %v, want %v %q", err, tc.wantCode, tc.wantMessage)
+			}
+			if resp.GetImageRef() != tc.wantRef {
+				t.Errorf("ref = %q, want %q", resp.GetImageRef(), tc.wantRef)
+			}
+			if got := rig.runtime.count("PullImage") - before; got != tc.wantPulls {
+				t.Errorf("runtime pulls = %d, want %d", got, tc.wantPulls)
+			}
+		})
+	}
+
+	t.Run("only the methods a hook implements are decoded", func(t *testing.T) {
+		sds := rig.server.typedServices()
+		if len(sds) != 1 || len(sds[0].Methods) != 1 || sds[0].Methods[0].MethodName != "PullImage" {
+			t.Errorf("typed services = %+v, want ImageService/PullImage alone", sds)
+		}
+	})
+
+	t.Run("the typed path carries metadata both ways", func(t *testing.T) {
+		var header, trailer metadata.MD
+		ctx := metadata.AppendToOutgoingContext(ctx, "x-test", "typed")
+		if _, err := pullImage(rig, ctx, "app", grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+			t.Fatal(err)
+		}
+		if got := header.Get("x-seen-test"); len(got) != 1 || got[0] != "[typed]" {
+			t.Errorf("runtime saw x-test = %v, want [typed]", got)
+		}
+		if got := trailer.Get("x-trailer"); len(got) != 1 || got[0] != "from-runtime" {
+			t.Errorf("trailer x-trailer = %v, want from-runtime", got)
+		}
+	})
+}
+
+func pullImage(rig *proxyRig, ctx context.Context, image string, opts ...grpc.CallOption) (*runtimeapi.PullImageResponse, error) {
+	return rig.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}, opts...)
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	rig := newProxyRig(t, Options{Registerer: reg, Hooks: []any{onlyPull{}}}, false)
+	ctx := context.Background()
+	rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
+	rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
+	rig.rt.Status(ctx, &runtimeapi.StatusRequest{})
+	rig.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "denied"}})
+	rig.conn.Invoke(ctx, "/secret.v1.Name/WithTokenInIt", &runtimeapi.VersionRequest{}, new(runtimeapi.VersionResponse))
+
+	m := rig.server.metrics
+	for _, tc := range []struct {
+		name                  string
+		service, method, code string
+		want                  float64
+	}{
+		{"pass-through calls are counted by method and code", "runtime.v1.RuntimeService", "Version", "OK", 2},
+		{"runtime errors are counted under their code", "runtime.v1.RuntimeService", "Status", "FailedPrecondition", 1},
+		{"hook errors are counted under their mapped code", "runtime.v1.ImageService", "PullImage", "PermissionDenied", 1},
+		{"methods this build does not know share one label", "unknown", "unknown", "OK", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := testutil.ToFloat64(m.requests.WithLabelValues(tc.service, tc.method, tc.code)); got != tc.want {
+				t.Errorf("requests_total = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// Only unary calls are timed; an unknown method may be a stream.
+	if n := testutil.CollectAndCount(m.duration); n != 3 {
+		t.Errorf("duration series = %d, want 3 (Version, Status, PullImage)", n)
+	}
+}

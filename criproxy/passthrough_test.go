@@ -1,0 +1,302 @@
+package criproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestPassThroughUnary(t *testing.T) {
+	t.Parallel()
+	rig := newProxyRig(t, Options{}, false)
+	ctx := context.Background()
+
+	t.Run("a unary call returns the runtime's response unchanged", func(t *testing.T) {
+		got, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "runtime", RuntimeVersion: "1.0", RuntimeApiVersion: "v1"}
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("Version (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a runtime error keeps its code, message and details", func(t *testing.T) {
+		_, err := rig.rt.Status(ctx, &runtimeapi.StatusRequest{})
+		st := status.Convert(err)
+		if st.Code() != codes.FailedPrecondition || st.Message() != "runtime says: not today" {
+			t.Fatalf("got %v, want FailedPrecondition with the runtime's message", err)
+		}
+		if d := st.Details(); len(d) != 1 || d[0].(*runtimeapi.VersionResponse).GetRuntimeName() != "detail" {
+			t.Errorf("details = %v, want the runtime's one detail", d)
+		}
+	})
+
+	t.Run("metadata reaches the runtime and its headers and trailers come back", func(t *testing.T) {
+		var header, trailer metadata.MD
+		ctx := metadata.AppendToOutgoingContext(ctx, "x-test", "hello")
+		if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}, grpc.Header(&header), grpc.Trailer(&trailer)); err != nil {
+			t.Fatal(err)
+		}
+		if got := header.Get("x-seen-test"); len(got) != 1 || got[0] != "[hello]" {
+			t.Errorf("runtime saw x-test = %v, want [hello]", got)
+		}
+		if got := trailer.Get("x-trailer"); len(got) != 1 || got[0] != "from-runtime" {
+			t.Errorf("trailer x-trailer = %v, want from-runtime", got)
+		}
+	})
+
+	t.Run("on an error the client gets the same metadata as from the runtime itself", func(t *testing.T) {
+		ctx := metadata.AppendToOutgoingContext(ctx, "x-test", "on-error")
+		call := func(c runtimeapi.RuntimeServiceClient) (header, trailer metadata.MD) {
+			_, err := c.Status(ctx, &runtimeapi.StatusRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+			if status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("got %v, want FailedPrecondition", err)
+			}
+			return header, trailer
+		}
+		dh, dt := call(rig.direct)
+		ph, pt := call(rig.rt)
+		if diff := cmp.Diff(dh, ph); diff != "" {
+			t.Errorf("header (-direct +proxied):\n%s", diff)
+		}
+		if diff := cmp.Diff(dt, pt); diff != "" {
+			t.Errorf("trailer (-direct +proxied):\n%s", diff)
+		}
+		if got := ph.Get("x-seen-test"); len(got) != 1 || got[0] != "[on-error]" {
+			t.Errorf("runtime saw x-test = %v, want [on-error]", got)
+		}
+	})
+
+	t.Run("the client's deadline reaches the runtime", func(t *testing.T) {
+		var header metadata.MD
+		ctx, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}, grpc.Header(&header)); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := strconv.ParseInt(strings.Join(header.Get("x-seen-deadline-ms"), ""), 10, 64)
+		if err != nil || ms <= 0 || ms > time.Hour.Milliseconds() {
+			t.Errorf("runtime saw deadline in %q ms, want one within the hour", header.Get("x-seen-deadline-ms"))
+		}
+	})
+
+	t.Run("a call past its deadline ends with DeadlineExceeded", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := rig.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "slow"}})
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("got %v, want DeadlineExceeded", err)
+		}
+	})
+
+	t.Run("a method the runtime does not implement returns its Unimplemented", func(t *testing.T) {
+		_, err := rig.rt.Attach(ctx, &runtimeapi.AttachRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("got %v, want Unimplemented", err)
+		}
+	})
+
+	t.Run("an image call is not decoded when no hook wants it", func(t *testing.T) {
+		got, err := rig.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+		if err != nil || got.GetImage().GetId() != "sha256:runtime" {
+			t.Fatalf("ImageStatus = %v, %v", got, err)
+		}
+		if len(rig.server.typedServices()) != 0 {
+			t.Errorf("a server without hooks registered typed methods")
+		}
+	})
+}
+
+func TestPassThroughMessageSizes(t *testing.T) {
+	t.Parallel()
+	rig := newProxyRig(t, Options{}, false)
+	for _, tc := range []struct {
+		name     string
+		images   int // of about 1 KiB each
+		wantCode codes.Code
+	}{
+		{name: "a 15 MiB response passes", images: 15 * 1024, wantCode: codes.OK},
+		{name: "a 17 MiB response is refused as the kubelet would refuse it", images: 17 * 1024, wantCode: codes.ResourceExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: strconv.Itoa(tc.images)}}}
+			resp, err := rig.img.ListImages(context.Background(), req)
+			if status.Code(err) != tc.wantCode {
+				t.Fatalf("got %v, want %v", err, tc.wantCode)
+			}
+			if err == nil && len(resp.Images) != tc.images {
+				t.Errorf("got %d images, want %d", len(resp.Images), tc.images)
+			}
+		})
+	}
+	t.Run("a 15 MiB request passes", func(t *testing.T) {
+		big := strings.Repeat("x", 15<<20)
+		_, err := rig.img.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: big}})
+		// The fake answers with the name as a tag: 15 MiB back as well.
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestPassThroughStreams(t *testing.T) {
+	t.Parallel()
+	rig := newProxyRig(t, Options{}, false)
+
+	t.Run("a server stream delivers every message, the headers and the final status", func(t *testing.T) {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-test", "stream")
+		stream, err := rig.rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				if status.Code(err) != codes.Aborted || status.Convert(err).Message() != "events end here" {
+					t.Errorf("stream ended with %v, want the runtime's Aborted", err)
+				}
+				break
+			}
+			ids = append(ids, ev.ContainerId)
+		}
+		if diff := cmp.Diff([]string{"c0", "c1", "c2"}, ids); diff != "" {
+			t.Errorf("events (-want +got):\n%s", diff)
+		}
+		hdr, _ := stream.Header()
+		if got := hdr.Get("x-seen-test"); len(got) != 1 || got[0] != "[stream]" {
+			t.Errorf("runtime saw x-test = %v, want [stream]", got)
+		}
+		if got := stream.Trailer().Get("x-trailer"); len(got) != 1 {
+			t.Errorf("trailer missing: %v", stream.Trailer())
+		}
+	})
+
+	t.Run("a unary method this build does not know is forwarded", func(t *testing.T) {
+		in := wrapperspb.String("from a newer kubelet")
+		out := new(wrapperspb.StringValue)
+		if err := rig.conn.Invoke(context.Background(), "/runtime.v1.RuntimeService/MethodFromTheFuture", in, out); err != nil {
+			t.Fatal(err)
+		}
+		if out.Value != in.Value {
+			t.Errorf("got %q, want the echo %q", out.Value, in.Value)
+		}
+		if rig.runtime.count("/runtime.v1.RuntimeService/MethodFromTheFuture") != 1 {
+			t.Errorf("the runtime did not see the call")
+		}
+	})
+
+	t.Run("a bidirectional stream of an unknown service is forwarded both ways", func(t *testing.T) {
+		desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+		cs, err := rig.conn.NewStream(context.Background(), desc, "/future.v9.Thing/Chat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			msg := wrapperspb.String(strconv.Itoa(i))
+			if err := cs.SendMsg(msg); err != nil {
+				t.Fatal(err)
+			}
+			got := new(wrapperspb.StringValue)
+			if err := cs.RecvMsg(got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Value != msg.Value {
+				t.Fatalf("message %d: got %q", i, got.Value)
+			}
+		}
+		if err := cs.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); !errors.Is(err, io.EOF) {
+			t.Errorf("after CloseSend: got %v, want EOF", err)
+		}
+	})
+
+	t.Run("cancelling a stream cancels it at the runtime", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+		cs, err := rig.conn.NewStream(ctx, desc, "/future.v9.Thing/Chat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.SendMsg(wrapperspb.String("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.Canceled {
+			t.Errorf("got %v, want Canceled", err)
+		}
+	})
+}
+
+func TestSeparateImageEndpoint(t *testing.T) {
+	t.Parallel()
+	rig := newProxyRig(t, Options{}, true)
+	ctx := context.Background()
+
+	v, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil || v.RuntimeName != "runtime" {
+		t.Errorf("Version went to %q (%v), want the runtime endpoint", v.GetRuntimeName(), err)
+	}
+	st, err := rig.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "x"}})
+	if err != nil || st.GetImage().GetId() != "sha256:image" {
+		t.Errorf("ImageStatus answered %v (%v), want the image endpoint", st, err)
+	}
+	if rig.runtime.count("ImageStatus") != 0 {
+		t.Errorf("the runtime endpoint served an ImageService call")
+	}
+}
+
+func TestBackendRestart(t *testing.T) {
+	t.Parallel()
+	rig := newProxyRig(t, Options{}, false)
+	ctx := context.Background()
+	if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The runtime goes away: calls fail with Unavailable, and fast.
+	rig.stopRuntime()
+	if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("with the runtime down: got %v, want Unavailable", err)
+	}
+
+	// It comes back on the same socket: the proxy reconnects by itself.
+	startFakeRuntime(t, &fakeRuntime{name: "runtime-again"}, rig.runtimeSock)
+	deadline := time.Now().Add(20 * time.Second) // a bound, not an assertion: backoff is at most 2s
+	for {
+		v, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
+		if err == nil {
+			if v.RuntimeName != "runtime-again" {
+				t.Errorf("answered by %q", v.RuntimeName)
+			}
+			break
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("while reconnecting: got %v, want Unavailable", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy did not reconnect: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

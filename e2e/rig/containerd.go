@@ -1,0 +1,139 @@
+package rig
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+)
+
+// containerdConfig is a private containerd: its own root, state, sockets,
+// runc root and CNI; the CRI plugin pulls registry.k8s.io and gcr.io from
+// the local registries (certs.d) and never from the internet.
+func containerdConfig(dir, snapshotter string) string {
+	return fmt.Sprintf(`version = 2
+root = "%[1]s/root"
+state = "%[1]s/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "%[1]s/containerd.sock"
+[ttrpc]
+  address = "%[1]s/containerd.sock.ttrpc"
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "%[1]s/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  # These VMs lack CAP_SYS_RESOURCE: runc cannot lower oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "%[2]s"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = "%[1]s/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "%[1]s/cni/bin"
+    conf_dir = "%[1]s/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "%[1]s/certs.d"
+`, dir, snapshotter)
+}
+
+// writeHostsToml makes containerd pull name from the plain-HTTP registry
+// at 127.0.0.1:port.
+func writeHostsToml(certsDir, name string, port int) error {
+	dir := filepath.Join(certsDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c := fmt.Sprintf(`server = "http://127.0.0.1:%[1]d"
+
+[host."http://127.0.0.1:%[1]d"]
+  capabilities = ["pull", "resolve", "push"]
+  skip_verify = true
+`, port)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(c), 0o644)
+}
+
+// Two tiny CNI plugins so that pod-network sandboxes start without a real
+// network: "loopback" brings lo up in the pod's netns; "rig-fake" reports
+// an eth0 with 127.0.0.2 and configures nothing. No traffic leaves.
+const cniLoopback = `#!/bin/sh
+conf=$(cat); v=$(printf '%s' "$conf" | sed -n 's/.*"cniVersion" *: *"\([^"]*\)".*/\1/p'); v=${v:-0.3.1}
+case "$CNI_COMMAND" in
+ADD) nsenter --net="$CNI_NETNS" ip link set lo up || exit 1
+     printf '{"cniVersion":"%s","interfaces":[{"name":"lo","sandbox":"%s"}],"ips":[{"version":"4","address":"127.0.0.1/8","interface":0}]}\n' "$v" "$CNI_NETNS" ;;
+VERSION) echo '{"cniVersion":"0.4.0","supportedVersions":["0.3.0","0.3.1","0.4.0"]}' ;;
+*) exit 0 ;;
+esac
+`
+
+const cniFake = `#!/bin/sh
+conf=$(cat); v=$(printf '%s' "$conf" | sed -n 's/.*"cniVersion" *: *"\([^"]*\)".*/\1/p'); v=${v:-0.4.0}
+case "$CNI_COMMAND" in
+ADD) printf '{"cniVersion":"%s","interfaces":[{"name":"%s","sandbox":"%s"}],"ips":[{"version":"4","address":"127.0.0.2/8","interface":0}]}\n' "$v" "${CNI_IFNAME:-eth0}" "$CNI_NETNS" ;;
+VERSION) echo '{"cniVersion":"0.4.0","supportedVersions":["0.3.0","0.3.1","0.4.0"]}' ;;
+*) exit 0 ;;
+esac
+`
+
+func writeCNI(dir string) error {
+	for _, d := range []string{"bin", "net.d"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]struct {
+		data string
+		mode os.FileMode
+	}{
+		"bin/loopback":                {cniLoopback, 0o755},
+		"bin/rig-fake":                {cniFake, 0o755},
+		"net.d/10-rig-fake.conflist": {`{"cniVersion": "0.4.0", "name": "rig-fake", "plugins": [{"type": "rig-fake"}]}`, 0o644},
+	}
+	for name, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(f.data), f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshotter returns overlayfs when this machine can mount it, else native.
+func snapshotter(scratch string) string {
+	t, err := os.MkdirTemp(scratch, "ovl")
+	if err != nil {
+		return "native"
+	}
+	defer os.RemoveAll(t)
+	for _, d := range []string{"l", "u", "w", "m"} {
+		os.Mkdir(filepath.Join(t, d), 0o755)
+	}
+	opts := fmt.Sprintf("lowerdir=%s/l,upperdir=%s/u,workdir=%s/w", t, t, t)
+	if err := syscall.Mount("overlay", filepath.Join(t, "m"), "overlay", 0, opts); err != nil {
+		return "native"
+	}
+	_ = syscall.Unmount(filepath.Join(t, "m"), 0)
+	return "overlayfs"
+}
+
+// requireCommands says which of the rig's commands are missing.
+func requireCommands(names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %v: run hack/install-deps.sh (as root) first", missing)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package rig
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// registryConfig is the distribution registry's configuration: one storage
+// directory shared by the authenticated and the anonymous instance, so an
+// image pushed once can be pulled either way.
+func registryConfig(storage, addr, htpasswd string) string {
+	c := fmt.Sprintf(`version: 0.1
+log:
+  level: info
+  fields:
+    service: registry
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+  cache:
+    blobdescriptor: inmemory
+http:
+  addr: %s
+  secret: rig-not-secret
+  headers:
+    X-Content-Type-Options: [nosniff]
+health:
+  storagedriver:
+    enabled: false
+`, storage, addr)
+	if htpasswd != "" {
+		c += fmt.Sprintf("auth:\n  htpasswd:\n    realm: rig-registry\n    path: %s\n", htpasswd)
+	}
+	return c
+}
+
+// writeHtpasswd writes a bcrypt htpasswd file with one user per entry.
+func writeHtpasswd(path string, users map[string]string) error {
+	var b strings.Builder
+	for u, p := range users {
+		h, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.MinCost)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s:%s\n", u, h)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// startRegistry starts one registry on addr and waits until it answers
+// /v2/ with wantCode (401 with authentication, 200 without).
+func startRegistry(dir, name, addr, storage, htpasswd string, wantCode int) (*Proc, error) {
+	cfg := filepath.Join(dir, name+".yml")
+	if err := os.WriteFile(cfg, []byte(registryConfig(storage, addr, htpasswd)), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := startProc(name, filepath.Join(dir, name+".log"), nil, "docker-registry", "serve", cfg)
+	if err != nil {
+		return nil, err
+	}
+	err = waitFor("registry "+name, p, 30e9, func() error {
+		resp, err := http.Get("http://" + addr + "/v2/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != wantCode {
+			return fmt.Errorf("GET /v2/: %d, want %d", resp.StatusCode, wantCode)
+		}
+		return nil
+	})
+	if err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// RegistryRequest is one line of a registry's access log.
+type RegistryRequest struct {
+	User   string // "-" when anonymous
+	Method string
+	Path   string
+	Status int
+}
+
+// accessLine matches the combined-log-format lines the registry writes for
+// every request: `127.0.0.1 - user [date] "HEAD /v2/... HTTP/1.1" 200 ...`.
+var accessLine = regexp.MustCompile(`^\S+ \S+ (\S+) \[[^\]]+\] "(\S+) (\S+) [^"]*" (\d{3}) `)
+
+// readAccessLog parses the access lines of a registry log.
+func readAccessLog(path string) ([]RegistryRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []RegistryRequest
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := accessLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		code, _ := strconv.Atoi(m[4])
+		out = append(out, RegistryRequest{User: m[1], Method: m[2], Path: m[3], Status: code})
+	}
+	return out, sc.Err()
+}

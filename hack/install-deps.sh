@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# install-deps.sh: install, idempotently, everything the e2e tests and the demo need on a
+# Debian (bookworm) machine as root: the real containerd, runc and distribution registry from
+# Debian, and crictl/critest built from the Go module proxy.
+#
+# Built tools go to $TOOLS_DIR (default /var/cache/cri-image-proxy/tools), outside the clone, so
+# a later checkout on the same machine does not rebuild them.
+#
+# Env: TOOLS_DIR, CRI_TOOLS_VERSION (v1.34.0).
+set -euo pipefail
+
+TOOLS_DIR=${TOOLS_DIR:-/var/cache/cri-image-proxy/tools}
+CRI_TOOLS_VERSION=${CRI_TOOLS_VERSION:-v1.34.0}
+export PATH=/usr/local/go/bin:$PATH
+log() { echo "[install-deps] $*"; }
+
+if [ "$(id -u)" != 0 ]; then
+	echo "install-deps.sh must run as root (it installs Debian packages)" >&2
+	exit 1
+fi
+
+# 1. Debian packages. The image ships a policy-rc.d that keeps packaged services from
+#    starting, which is what we want: the tests run their own private instances.
+pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates)
+need=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	log "apt-get install ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
+	apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+# 2. crictl and critest. The module proxy serves cri-tools only at some versions, has no
+#    @v/list (so `go install pkg@version` fails its deprecation check) and no sumdb entry:
+#    download the module zip without sumdb and build inside a copy, with its own go.sum.
+mkdir -p "$TOOLS_DIR"
+want="crictl version $CRI_TOOLS_VERSION"
+if [ ! -x "$TOOLS_DIR/crictl" ] || [ ! -x "$TOOLS_DIR/critest" ] ||
+	[ "$("$TOOLS_DIR/crictl" --version 2>/dev/null)" != "$want" ]; then
+	log "building crictl and critest $CRI_TOOLS_VERSION (about 5-10 minutes on a cold cache)"
+	dir=$(GOFLAGS=-mod=mod GONOSUMDB=sigs.k8s.io/cri-tools GONOSUMCHECK=1 \
+		go mod download -json "sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" |
+		sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+	[ -n "$dir" ] || { echo "could not download sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" >&2; exit 1; }
+	src=$(mktemp -d)
+	trap 'rm -rf "$src"' EXIT
+	cp -r "$dir/." "$src" && chmod -R u+w "$src"
+	ldf="-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION"
+	(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$TOOLS_DIR/crictl.new" ./cmd/crictl)
+	(cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags "$ldf" -o "$TOOLS_DIR/critest.new" ./cmd/critest)
+	mv "$TOOLS_DIR/crictl.new" "$TOOLS_DIR/crictl"
+	mv "$TOOLS_DIR/critest.new" "$TOOLS_DIR/critest"
+fi
+log "ready: $(containerd --version 2>/dev/null | head -1); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"

@@ -1,0 +1,9 @@
+// Package unixsock serves on a unix socket the way a node daemon should:
+// one instance per socket, stale sockets cleaned up, permissions set before
+// anyone can connect.
+//
+// Listen takes an exclusive lock on PATH.lock for the life of the listener,
+// so a second instance fails at once and names the first one's PID instead
+// of stealing its socket. A socket file left by a crashed instance is
+// removed; one that still answers is never touched.
+package unixsock

@@ -1,0 +1,129 @@
+package unixsock
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "us")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestListen(t *testing.T) {
+	t.Parallel()
+
+	t.Run("the socket gets mode 0660 and the group asked for, in a new directory", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "run", "proxy.sock")
+		gid := os.Getgid()
+		l, err := Listen(path, Options{Group: strconv.Itoa(gid)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o660 || fi.Mode().Type() != os.ModeSocket {
+			t.Errorf("mode = %v, want a socket with 0660", fi.Mode())
+		}
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		c.Close()
+	})
+
+	t.Run("a second instance is refused and told the first one's pid", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		l, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, err = Listen(path, Options{})
+		if err == nil || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+			t.Fatalf("got %v, want an error naming pid %d", err, os.Getpid())
+		}
+		// The first instance still serves.
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("the first instance lost its socket: %v", err)
+		}
+		c.Close()
+	})
+
+	t.Run("a stale socket from a crashed instance is replaced", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		stale, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale.(*net.UnixListener).SetUnlinkOnClose(false)
+		stale.Close() // the file stays, nobody answers: a crash's leftovers
+		l, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatalf("stale socket not replaced: %v", err)
+		}
+		l.Close()
+	})
+
+	t.Run("a socket another process serves on is never taken over", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		foreign, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer foreign.Close()
+		if _, err := Listen(path, Options{}); err == nil || !strings.Contains(err.Error(), "another process is serving") {
+			t.Fatalf("got %v, want a refusal", err)
+		}
+	})
+
+	t.Run("a regular file in the way is not removed", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		if err := os.WriteFile(path, []byte("data"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Listen(path, Options{}); err == nil || !strings.Contains(err.Error(), "not a socket") {
+			t.Fatalf("got %v, want a refusal", err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != "data" {
+			t.Errorf("the file was changed")
+		}
+	})
+
+	t.Run("closing removes the socket and frees the lock", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		l, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("socket still there: %v", err)
+		}
+		l2, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatalf("relisten: %v", err)
+		}
+		l2.Close()
+	})
+
+	t.Run("an unknown group is an error that names it", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		if _, err := Listen(path, Options{Group: "no-such-group-xyz"}); err == nil || !strings.Contains(err.Error(), "no-such-group-xyz") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
