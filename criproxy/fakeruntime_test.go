@@ -29,8 +29,8 @@ type fakeRuntime struct {
 
 	name string // answered as RuntimeName, to tell two runtimes apart
 
-	mu    sync.Mutex
-	calls map[string]int // full method -> calls seen
+	mu       sync.Mutex
+	calls    map[string]int // full method -> calls seen
 	lastPull *runtimeapi.PullImageRequest
 }
 

@@ -94,8 +94,8 @@ func writeCNI(dir string) error {
 		data string
 		mode os.FileMode
 	}{
-		"bin/loopback":                {cniLoopback, 0o755},
-		"bin/rig-fake":                {cniFake, 0o755},
+		"bin/loopback":               {cniLoopback, 0o755},
+		"bin/rig-fake":               {cniFake, 0o755},
 		"net.d/10-rig-fake.conflist": {`{"cniVersion": "0.4.0", "name": "rig-fake", "plugins": [{"type": "rig-fake"}]}`, 0o644},
 	}
 	for name, f := range files {
