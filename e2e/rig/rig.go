@@ -52,6 +52,7 @@ type Rig struct {
 	Snapshotter    string
 
 	opts       Options
+	proxies    int // proxies started, to name their logs
 	containerd *Proc
 	registries []*Proc
 }
@@ -249,12 +250,20 @@ func (r *Rig) run(ctx context.Context, bin string, args ...string) Result {
 	return Result{Stdout: stdout.String(), Stderr: stderr.String(), Err: err}
 }
 
-// StartProxy starts the proxy binary in front of the rig's containerd,
-// serving on socket, with extra flags, and waits until it answers.
-func (r *Rig) StartProxy(bin, socket string, extra ...string) (*Proc, error) {
+// RunProxy starts the proxy binary in front of the rig's containerd,
+// serving on socket, with extra flags (which may override the defaults),
+// and returns at once.
+func (r *Rig) RunProxy(bin, socket string, extra ...string) (*Proc, error) {
 	args := append([]string{bin, "serve", "--socket", socket,
 		"--runtime-endpoint", "unix://" + r.ContainerdSock, "--monitoring-address", "-", "--log-level", "debug"}, extra...)
-	p, err := startProc("cri-image-proxy", filepath.Join(r.Dir, "proxy-"+filepath.Base(socket)+".log"), nil, args...)
+	r.proxies++
+	log := filepath.Join(r.Dir, fmt.Sprintf("proxy-%d-%s.log", r.proxies, filepath.Base(socket)))
+	return startProc("cri-image-proxy", log, nil, args...)
+}
+
+// StartProxy is RunProxy, then waits until the proxy answers on socket.
+func (r *Rig) StartProxy(bin, socket string, extra ...string) (*Proc, error) {
+	p, err := r.RunProxy(bin, socket, extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+)
+
+// fatalLine is the message crictl ends with on failure; the lines before it
+// carry timestamps that differ between two runs.
+var fatalLine = regexp.MustCompile(`(?m)^.*level=fatal msg="(.*)"$`)
+
+func fatalMessage(stderr string) string {
+	if m := fatalLine.FindStringSubmatch(stderr); m != nil {
+		return m[1]
+	}
+	return stderr
+}
+
+// TestImageServiceThroughTheProxy runs the crictl image commands against
+// containerd directly and through the proxy, and expects the same output.
+func TestImageServiceThroughTheProxy(t *testing.T) {
+	needRig(t)
+	img := testRig.Registry + "/" + rig.TeamAImage
+	creds := "user:" + rig.Users["user"]
+	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
+
+	t.Run("a pull without credentials fails with the registry's 401, as without the proxy", func(t *testing.T) {
+		d := crictl(t, direct(), "pull", img)
+		p := crictl(t, proxied(), "pull", img)
+		if d.Err == nil || p.Err == nil {
+			t.Fatalf("anonymous pull of a private image succeeded: direct %v, proxied %v", d.Err, p.Err)
+		}
+		if !strings.Contains(p.Stderr, "401 Unauthorized") {
+			t.Errorf("proxied error lacks the registry's 401:\n%s", p.Stderr)
+		}
+		if dm, pm := fatalMessage(d.Stderr), fatalMessage(p.Stderr); dm != pm {
+			t.Errorf("error differs:\ndirect:  %s\nproxied: %s", dm, pm)
+		}
+	})
+
+	t.Run("a pull with wrong credentials fails with the registry's 401", func(t *testing.T) {
+		p := crictl(t, proxied(), "pull", "--creds", "user:wrong", img)
+		if p.Err == nil || !strings.Contains(p.Stderr, "401 Unauthorized") {
+			t.Fatalf("got %v\n%s", p.Err, p.Stderr)
+		}
+	})
+
+	t.Run("a pull with credentials succeeds", func(t *testing.T) {
+		out := mustCrictl(t, proxied(), "pull", "--creds", creds, img)
+		if !strings.HasPrefix(out, "Image is up to date for sha256:") {
+			t.Errorf("unexpected output %q", out)
+		}
+	})
+
+	t.Run("images, inspecti and imagefsinfo answer as without the proxy", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"images", "--digests"},
+			{"images", "-o", "json"},
+			{"inspecti", img},
+			{"imagefsinfo"},
+		} {
+			d := mustCrictl(t, direct(), args...)
+			p := mustCrictl(t, proxied(), args...)
+			if args[0] == "imagefsinfo" {
+				// Timestamps and usage move between two calls; compare the shape.
+				d, p = stripNumbers(d), stripNumbers(p)
+			}
+			if d != p {
+				t.Errorf("crictl %s differs:\ndirect:\n%s\nproxied:\n%s", strings.Join(args, " "), d, p)
+			}
+		}
+		if out := mustCrictl(t, proxied(), "images"); !strings.Contains(out, testRig.Registry+"/team-a/app") {
+			t.Errorf("crictl images does not list the pulled image:\n%s", out)
+		}
+	})
+
+	t.Run("rmi removes the image", func(t *testing.T) {
+		mustCrictl(t, proxied(), "rmi", img)
+		if out := mustCrictl(t, direct(), "images", "-q", img); strings.TrimSpace(out) != "" {
+			t.Errorf("image still present: %q", out)
+		}
+	})
+}
+
+var numbers = regexp.MustCompile(`[0-9]+`)
+
+func stripNumbers(s string) string { return numbers.ReplaceAllString(s, "N") }
+
+// podConfig writes a crictl pod sandbox config and returns its path.
+func podConfig(t *testing.T, name, uid string, hostNetwork bool) string {
+	t.Helper()
+	logDir := filepath.Join(testRig.Dir, "pod-logs", name)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 1},
+		"log_directory": logDir,
+		"linux":         map[string]any{},
+	}
+	if hostNetwork {
+		cfg["linux"] = map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}}
+	} else {
+		cfg["hostname"] = name
+	}
+	return writeJSON(t, name+"-pod.json", cfg)
+}
+
+// containerConfig writes a crictl container config running script in sh.
+func containerConfig(t *testing.T, name, image, script string) string {
+	t.Helper()
+	return writeJSON(t, name+"-ctr.json", map[string]any{
+		"metadata": map[string]any{"name": name},
+		"image":    map[string]any{"image": image},
+		"command":  []string{"sh", "-c", script},
+		"log_path": name + ".log",
+		"linux":    map[string]any{},
+	})
+}
+
+func writeJSON(t *testing.T, name string, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(testRig.Dir, name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestPodLifecycleThroughTheProxy runs pods and containers through the
+// proxy: every RuntimeService call of crictl passes through.
+func TestPodLifecycleThroughTheProxy(t *testing.T) {
+	needRig(t)
+	img := testRig.Registry + "/" + rig.BusyboxImage
+	mustCrictl(t, proxied(), "pull", "--creds", "user:"+rig.Users["user"], img)
+
+	for _, tc := range []struct {
+		name        string
+		hostNetwork bool
+	}{
+		{"a host-network pod runs, execs, logs and is removed", true},
+		{"a pod-network pod (fake CNI) gets its own network namespace", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			podName := "lifecycle-host"
+			if !tc.hostNetwork {
+				podName = "lifecycle-netns"
+			}
+			pod := podConfig(t, podName, podName+"-uid", tc.hostNetwork)
+			ctr := containerConfig(t, "bb", img, "echo hello-from-container; sleep 3600")
+			podID := strings.TrimSpace(mustCrictl(t, proxied(), "runp", pod))
+			t.Cleanup(func() {
+				crictl(t, proxied(), "stopp", podID)
+				crictl(t, proxied(), "rmp", podID)
+			})
+			ctrID := strings.TrimSpace(mustCrictl(t, proxied(), "create", podID, ctr, pod))
+			mustCrictl(t, proxied(), "start", ctrID)
+
+			if out := mustCrictl(t, proxied(), "exec", ctrID, "sh", "-c", "echo exec-ok; id -u"); out != "exec-ok\n0\n" {
+				t.Errorf("exec output %q", out)
+			}
+			waitUntil(t, 30*time.Second, func() error {
+				if out := crictl(t, proxied(), "logs", ctrID); !strings.Contains(out.Stdout, "hello-from-container") {
+					return fmt.Errorf("logs = %q %q", out.Stdout, out.Stderr)
+				}
+				return nil
+			})
+			if out := mustCrictl(t, proxied(), "ps", "-q", "--pod", podID); strings.TrimSpace(out) != ctrID {
+				t.Errorf("ps lists %q, want %q", out, ctrID)
+			}
+			inspect := mustCrictl(t, proxied(), "inspectp", podID)
+			if !tc.hostNetwork && !strings.Contains(inspect, `"ip": "127.0.0.2"`) {
+				t.Errorf("pod has no fake CNI address:\n%s", inspect)
+			}
+			if stats := mustCrictl(t, proxied(), "stats", "-o", "json", ctrID); !strings.Contains(stats, ctrID) {
+				t.Errorf("stats lack the container: %s", stats)
+			}
+			mustCrictl(t, proxied(), "stop", "--timeout", "1", ctrID)
+			mustCrictl(t, proxied(), "rm", ctrID)
+			mustCrictl(t, proxied(), "stopp", podID)
+			mustCrictl(t, proxied(), "rmp", podID)
+			if out := mustCrictl(t, direct(), "pods", "-q", "--name", podName); strings.TrimSpace(out) != "" {
+				t.Errorf("pod still listed: %q", out)
+			}
+		})
+	}
+}
+
+// TestStreamsThroughTheProxy checks the server-streaming calls answer as
+// the runtime does (containerd 1.6 has none of them: Unimplemented).
+func TestStreamsThroughTheProxy(t *testing.T) {
+	needRig(t)
+	call := func(ep string) (codes.Code, string) {
+		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := runtimeapi.NewRuntimeServiceClient(conn).GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		st := status.Convert(err)
+		return st.Code(), st.Message()
+	}
+	dc, dm := call(direct())
+	pc, pm := call(proxied())
+	if dc != pc || dm != pm {
+		t.Errorf("GetContainerEvents: direct %v %q, proxied %v %q", dc, dm, pc, pm)
+	}
+	t.Logf("GetContainerEvents answers %v %q both ways", pc, pm)
+}
+
+// waitUntil polls f until it succeeds or the bound passes: a bound, not a
+// performance assertion.
+func waitUntil(t *testing.T, bound time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", bound, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
