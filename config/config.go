@@ -69,6 +69,9 @@ type Monitoring struct {
 	// Address to listen on, host:port. Default 127.0.0.1:9741. "-" turns
 	// the endpoint off.
 	Address string `json:"address,omitempty"`
+	// Profiling serves Go's pprof handlers under /debug/pprof/ as well.
+	// Off by default: profiles reveal the process's memory.
+	Profiling bool `json:"profiling,omitempty"`
 }
 
 // Logging configures the logs, written to standard error.

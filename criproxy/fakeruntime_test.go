@@ -200,6 +200,7 @@ type proxyRig struct {
 	rt             runtimeapi.RuntimeServiceClient
 	img            runtimeapi.ImageServiceClient
 	direct         runtimeapi.RuntimeServiceClient // the runtime without the proxy
+	directConn     *grpc.ClientConn
 }
 
 // newProxyRig starts a fake runtime, a proxy with opts in front of it and a
@@ -249,6 +250,7 @@ func newProxyRig(t testing.TB, opts Options, separateImage bool) *proxyRig {
 	}
 	t.Cleanup(func() { direct.Close() })
 	r.direct = runtimeapi.NewRuntimeServiceClient(direct)
+	r.directConn = direct
 	r.img = runtimeapi.NewImageServiceClient(r.conn)
 	return r
 }

@@ -40,7 +40,7 @@ func forwardUnaryFrame(ss grpc.ServerStream, cc *grpc.ClientConn, fullMethod str
 	if err != nil {
 		in.free()
 	}
-	if len(header) > 0 {
+	if hasCustomKeys(header) {
 		if herr := ss.SetHeader(header); herr != nil {
 			out.free()
 			return herr
@@ -56,7 +56,7 @@ func forwardUnaryFrame(ss grpc.ServerStream, cc *grpc.ClientConn, fullMethod str
 // setTrailer passes the runtime's trailer on. A trailers-only answer (an
 // error) brings its content-type along, which is not ours to repeat.
 func setTrailer(ss grpc.ServerStream, trailer metadata.MD) {
-	if len(trailer) == 0 {
+	if !hasCustomKeys(trailer) {
 		return
 	}
 	if _, ok := trailer["content-type"]; ok {
@@ -64,6 +64,17 @@ func setTrailer(ss grpc.ServerStream, trailer metadata.MD) {
 		delete(trailer, "content-type")
 	}
 	ss.SetTrailer(trailer)
+}
+
+// hasCustomKeys reports whether md has a key gRPC would not set by itself.
+// Most runtimes send none, and skipping the copy saves work on every call.
+func hasCustomKeys(md metadata.MD) bool {
+	for k := range md {
+		if k != "content-type" {
+			return true
+		}
+	}
+	return false
 }
 
 // forwardStream pumps frames both ways for streaming calls and for methods

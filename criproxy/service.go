@@ -51,6 +51,7 @@ func New(backend *Backend, opts Options) (*Server, error) {
 		// Stop waits for handlers, so that a hook's last write (a pull
 		// record, say) is done before the process exits.
 		grpc.WaitForHandlers(true),
+		grpc.NumStreamWorkers(64),
 	)
 	for _, sd := range s.typedServices() {
 		s.grpc.RegisterService(sd, nil)

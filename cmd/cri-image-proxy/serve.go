@@ -28,6 +28,7 @@ type serveFlags struct {
 	runtimeEndpoint   string
 	imageEndpoint     string
 	monitoringAddress string
+	profiling         bool
 	shutdownTimeout   time.Duration
 	logLevel          string
 	logFormat         string
@@ -55,6 +56,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.runtimeEndpoint, "runtime-endpoint", d.RuntimeEndpoint, "the container runtime's CRI endpoint")
 	fl.StringVar(&f.imageEndpoint, "image-endpoint", "", "a separate CRI image service endpoint, as the kubelet's --image-service-endpoint")
 	fl.StringVar(&f.monitoringAddress, "monitoring-address", d.Monitoring.Address, "host:port for /metrics, /healthz and /readyz; - turns it off")
+	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's pprof handlers under /debug/pprof/ on the monitoring address")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", d.ShutdownTimeout.Duration, "how long calls in flight may finish after SIGTERM")
 	fl.StringVar(&f.logLevel, "log-level", d.Logging.Level, "debug, info, warn or error; debug logs every CRI call (never its content)")
 	fl.StringVar(&f.logFormat, "log-format", d.Logging.Format, "text or json")
@@ -89,6 +91,9 @@ func loadServeConfig(cmd *cobra.Command, f *serveFlags) (*config.ProxyConfigurat
 	}
 	if set("monitoring-address") {
 		cfg.Monitoring.Address = f.monitoringAddress
+	}
+	if set("profiling") {
+		cfg.Monitoring.Profiling = f.profiling
 	}
 	if set("shutdown-timeout") {
 		cfg.ShutdownTimeout.Duration = f.shutdownTimeout
@@ -141,7 +146,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	var mon *monitoring.Server
 	var monListener net.Listener
 	if cfg.Monitoring.Address != "-" {
-		if mon, err = monitoring.New(reg, reg, backend.Ready, log); err != nil {
+		if mon, err = monitoring.New(reg, reg, backend.Ready, log, monitoring.Options{Profiling: cfg.Monitoring.Profiling}); err != nil {
 			sock.Close()
 			return err
 		}

@@ -1,6 +1,7 @@
 // Package monitoring serves the daemon's HTTP endpoint for operators, off
 // the CRI socket: /metrics (Prometheus), /healthz (the process answers) and
-// /readyz (the container runtime behind the proxy answers too).
+// /readyz (the container runtime behind the proxy answers too), and, when
+// asked, Go's pprof handlers.
 package monitoring
 
 import (
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,9 +30,15 @@ type Server struct {
 	http *http.Server
 }
 
+// Options configure a Server.
+type Options struct {
+	// Profiling serves net/http/pprof under /debug/pprof/.
+	Profiling bool
+}
+
 // New returns a Server for the metrics in gatherer and the readiness
 // check ready. It also registers cri_image_proxy_backend_up on reg.
-func New(reg prometheus.Registerer, gatherer prometheus.Gatherer, ready ReadyFunc, log *slog.Logger) (*Server, error) {
+func New(reg prometheus.Registerer, gatherer prometheus.Gatherer, ready ReadyFunc, log *slog.Logger, opts Options) (*Server, error) {
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "cri_image_proxy",
 		Name:      "backend_up",
@@ -61,6 +69,13 @@ func New(reg prometheus.Registerer, gatherer prometheus.Gatherer, ready ReadyFun
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if opts.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return &Server{http: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

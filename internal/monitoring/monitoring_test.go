@@ -24,7 +24,7 @@ func TestEndpoints(t *testing.T) {
 		return nil
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(reg, reg, ready, slog.New(slog.DiscardHandler))
+	s, err := New(reg, reg, ready, slog.New(slog.DiscardHandler), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,16 @@
+// Command bench measures the proxy against the direct path, side by side in
+// one run, on real components: containerd from the rig (package e2e/rig)
+// and the cri-image-proxy binary as a separate process. It is run by
+// `make bench` (root).
+//
+// Every scenario has two or more arms (direct, proxied, ...). Each round
+// runs every arm once, back to back, in a rotating order; ratios are taken
+// within a round and their median reported, which keeps the noise of a
+// shared 2-core machine out of the comparison.
+//
+// CPU per call is read from the kernel's per-process CPU clocks
+// (CLOCK_PROCESS_CPUTIME of another pid), in nanoseconds, over all threads.
+// The floor for a pass-through proxy is a bare gRPC server (a separate
+// process answering Version from memory) plus its client: one full gRPC
+// transaction, which is what a proxy adds.
+package main

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// call is one request of a load arm.
+type call func(ctx context.Context) error
+
+// segment is one timed run of an arm.
+type segment struct {
+	calls    int
+	errors   int
+	lat      []time.Duration
+	wall     time.Duration
+	cpu      map[string]time.Duration // per watched process: CPU used during the segment
+	firstErr error
+}
+
+// runSegment runs f from conc goroutines for d and measures it. watch names
+// the processes whose CPU is read around the segment (pid 0 is the bench).
+func runSegment(f call, conc int, d time.Duration, watch map[string]int) segment {
+	ctx := context.Background()
+	var mu sync.Mutex
+	seg := segment{cpu: map[string]time.Duration{}}
+	before := map[string]time.Duration{}
+	for name, pid := range watch {
+		before[name] = processCPU(pid)
+	}
+	start := time.Now()
+	stop := start.Add(d)
+	var wg sync.WaitGroup
+	for i := 0; i < conc; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 4096)
+			var errs int
+			var first error
+			for time.Now().Before(stop) {
+				t := time.Now()
+				err := f(ctx)
+				lat = append(lat, time.Since(t))
+				if err != nil {
+					errs++
+					if first == nil {
+						first = err
+					}
+				}
+			}
+			mu.Lock()
+			seg.lat = append(seg.lat, lat...)
+			seg.errors += errs
+			if seg.firstErr == nil {
+				seg.firstErr = first
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	seg.wall = time.Since(start)
+	for name, pid := range watch {
+		seg.cpu[name] = processCPU(pid) - before[name]
+	}
+	seg.calls = len(seg.lat)
+	sort.Slice(seg.lat, func(i, j int) bool { return seg.lat[i] < seg.lat[j] })
+	return seg
+}
+
+func (s segment) quantile(q float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return s.lat[int(q*float64(len(s.lat)-1))]
+}
+
+func (s segment) rate() float64 { return float64(s.calls) / s.wall.Seconds() }
+
+// cpuPerCall is the CPU the named processes used per call.
+func (s segment) cpuPerCall(names ...string) time.Duration {
+	var sum time.Duration
+	for _, n := range names {
+		sum += s.cpu[n]
+	}
+	if s.calls == 0 {
+		return 0
+	}
+	return sum / time.Duration(s.calls)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianDur(xs []time.Duration) time.Duration {
+	f := make([]float64, len(xs))
+	for i, x := range xs {
+		f[i] = float64(x)
+	}
+	return time.Duration(median(f))
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// render writes the results as markdown tables.
+func render(results []*result, about string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# cri-image-proxy benchmark\n\n%s\n\n", about)
+	b.WriteString("Medians over rounds. Ratios are taken within a round against the first arm, then the median is reported. ")
+	b.WriteString("CPU is the arm's own process(es): containerd (direct), the proxy process alone (proxied), bare server + client (floor).\n\n")
+	b.WriteString("| scenario | arm | p50 µs | p99 µs | calls/s | p50 ratio | p99 ratio | tput ratio | CPU µs/call |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		for a, arm := range r.sc.arms {
+			p50 := time.Duration(r.armMedian(a, func(s segment) float64 { return float64(s.quantile(0.5)) }))
+			p99 := time.Duration(r.armMedian(a, func(s segment) float64 { return float64(s.quantile(0.99)) }))
+			rate := r.armMedian(a, func(s segment) float64 { return s.rate() })
+			cpu := time.Duration(r.armMedian(a, func(s segment) float64 { return float64(s.cpuPerCall(arm.cpu...)) }))
+			name := r.sc.name
+			if a > 0 {
+				name = ""
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.2f | %s |\n",
+				name, arm.name, us(p50), us(p99), rate, r.p50Ratio(a), r.p99Ratio(a), r.rateRatio(a), usf(cpu))
+		}
+	}
+	b.WriteString("\n## Targets\n\n| scenario | target | measured | result |\n|---|---|---|---|\n")
+	for _, r := range results {
+		for _, t := range r.sc.targets {
+			v := t.value(r)
+			fmt.Fprintf(&b, "| %s | %s | %.3f | %s |\n", r.sc.name, t.desc, v, passFail(t, v))
+		}
+	}
+	return b.String()
+}
+
+func usf(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond)) }
+
+func passFail(t target, v float64) string {
+	if (t.max > 0 && v > t.max) || (t.min > 0 && v < t.min) {
+		return "**MISSED**"
+	}
+	return "met"
+}
+
+func failedTargets(results []*result) []string {
+	var out []string
+	for _, r := range results {
+		for _, t := range r.sc.targets {
+			if v := t.value(r); passFail(t, v) != "met" {
+				out = append(out, fmt.Sprintf("%s: %s: measured %.3f", r.sc.name, t.desc, v))
+			}
+		}
+	}
+	return out
+}
