@@ -103,3 +103,14 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestDeployedExampleLoads(t *testing.T) {
+	t.Parallel()
+	c, err := Load(filepath.Join("..", "deploy", "examples", "proxy-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Default(), c); diff != "" {
+		t.Errorf("the example no longer shows the defaults (-defaults +example):\n%s", diff)
+	}
+}

@@ -1,6 +1,3 @@
-// Command cri-image-proxy is a CRI v1 proxy for Kubernetes nodes: the
-// kubelet and crictl talk to it as their container runtime, it forwards
-// every call to the real runtime (containerd) and intercepts the image path.
 package main
 
 import (

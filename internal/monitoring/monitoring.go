@@ -1,7 +1,3 @@
-// Package monitoring serves the daemon's HTTP endpoint for operators, off
-// the CRI socket: /metrics (Prometheus), /healthz (the process answers) and
-// /readyz (the container runtime behind the proxy answers too), and, when
-// asked, Go's pprof handlers.
 package monitoring
 
 import (

@@ -1,0 +1,53 @@
+# cri-image-proxy. `make help` lists the targets.
+
+GO       ?= go
+BIN      ?= bin
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS  := -X main.version=$(VERSION)
+# Packages without root or real components; e2e/ holds the end-to-end tests.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
+
+.PHONY: help build deps test unit e2e bench demo demo-keep fuzz lint clean
+
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/cri-image-proxy
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cri-image-proxy ./cmd/cri-image-proxy
+
+deps: ## install what the e2e tests, bench and demo need (root: apt packages, crictl, critest)
+	@if [ "$$(id -u)" = 0 ]; then hack/install-deps.sh; \
+	else echo "!!! not root: skipping hack/install-deps.sh; the e2e tests will SKIP !!!"; fi
+
+test: deps unit e2e ## unit and end-to-end tests (run as root for the e2e part)
+
+unit: ## unit tests, with the race detector
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
+	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
+	$(GO) test -v -count=1 -timeout 60m ./e2e/
+
+bench: deps ## benchmark direct vs proxied on real containerd (root); report in _output/bench
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+demo: deps ## start containerd, a private registry and the proxy, and show crictl through it (root)
+	$(GO) run ./hack/demo
+
+demo-keep: deps ## the demo, left running until Ctrl-C
+	$(GO) run ./hack/demo -keep
+
+FUZZTIME ?= 20s
+fuzz: ## run each fuzz test for FUZZTIME
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; done
+
+lint: ## gofmt, go vet, and a doc.go in every package
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	@for d in $$($(GO) list -f '{{.Dir}}' ./...); do [ -f $$d/doc.go ] || { echo "no doc.go in $$d"; exit 1; }; done
+
+clean: ## remove build output
+	rm -rf $(BIN) _output
