@@ -3,7 +3,6 @@ package criproxy
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -77,24 +76,24 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 // ParseEndpoint accepts "unix:///path" or an absolute path, as the kubelet
 // and crictl do on Linux, and returns the "unix:///path" form.
 func ParseEndpoint(endpoint string) (string, error) {
-	if endpoint == "" {
+	path := endpoint
+	switch {
+	case endpoint == "":
 		return "", fmt.Errorf("endpoint is empty")
-	}
-	if strings.HasPrefix(endpoint, "/") {
-		return "unix://" + filepath.Clean(endpoint), nil
-	}
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return "", err
-	}
-	if u.Scheme != "unix" {
+	case strings.HasPrefix(endpoint, "unix://"):
+		path = strings.TrimPrefix(endpoint, "unix://")
+	case strings.Contains(endpoint, "://"):
 		return "", fmt.Errorf("only unix sockets are supported, as unix:///path/to.sock")
 	}
-	// u.Host is set by "unix://relative/path", a common slip.
-	if u.Host != "" || !filepath.IsAbs(u.Path) {
+	// "unix://relative/path" is a common slip.
+	if !filepath.IsAbs(path) {
 		return "", fmt.Errorf("the socket path must be absolute, as unix:///path/to.sock")
 	}
-	return "unix://" + filepath.Clean(u.Path), nil
+	// gRPC reads the endpoint as a URL: these would change the path it dials.
+	if strings.ContainsAny(path, "?#%") {
+		return "", fmt.Errorf("the socket path must not contain ?, # or %%")
+	}
+	return "unix://" + filepath.Clean(path), nil
 }
 
 // conn returns the connection that serves fullMethod.

@@ -37,6 +37,7 @@ func TestParseEndpoint(t *testing.T) {
 		{"tcp is refused", "tcp://127.0.0.1:1234", "", "only unix sockets"},
 		{"a relative unix path is refused", "unix://run/containerd.sock", "", "absolute"},
 		{"an empty endpoint is refused", "", "", "empty"},
+		{"a path gRPC would read as a URL fragment is refused", "/run/x#y.sock", "", "must not contain"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseEndpoint(tc.in)
