@@ -67,6 +67,19 @@ func TestImageServiceThroughTheProxy(t *testing.T) {
 		}
 	})
 
+	t.Run("credentials never reach the proxy's debug log", func(t *testing.T) {
+		secret := rig.Users["alice"]
+		mustCrictl(t, proxied(), "pull", "--creds", "alice:"+secret, img)
+		crictl(t, proxied(), "pull", "--creds", "alice:"+secret+"-wrong", img)
+		log := proxyProc.LogText()
+		if !strings.Contains(log, "PullImage") {
+			t.Fatalf("the debug log does not show the pulls; is it at debug level?")
+		}
+		if strings.Contains(log, secret) {
+			t.Errorf("the proxy log contains a password")
+		}
+	})
+
 	t.Run("images, inspecti and imagefsinfo answer as without the proxy", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"images", "--digests"},
