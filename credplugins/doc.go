@@ -1,0 +1,36 @@
+// Package credplugins runs the kubelet's credential provider exec plugins
+// (KEP-2133) for the proxy and injects their credentials into pulls that
+// carry none.
+//
+// Contract, matching the kubelet (pkg/credentialprovider/plugin, keyring.go)
+// unless said otherwise:
+//
+//   - Configuration: LoadConfig reads a CredentialProviderConfig
+//     (kubelet.config.k8s.io v1, v1beta1 or v1alpha1, the official types of
+//     k8s.io/kubelet, strict decoding) from a file or a directory of
+//     *.json/*.yaml/*.yml files in lexicographic order, and validates it with
+//     the kubelet's rules, plus one: each plugin is an executable in the bin
+//     directory. Every error names the file, the provider and the field.
+//   - Matching: matchImages globs apply to domain labels only, one label per
+//     glob, with as many labels on both sides; a port must match; the
+//     pattern's path is a string prefix of the image's. Plugins receive the
+//     normalized repository without tag or digest, as the kubelet sends it.
+//   - Exec: the request on stdin in the provider's apiVersion; args and env
+//     from the config, whose env overrides the host's; the response decoded
+//     strictly and refused unless its apiVersion and kind match and its
+//     cacheKeyType is Image, Registry or Global. stdout is bounded (1 MiB)
+//     and stderr (64 KiB, logged, never stdout); a timeout (1 minute by
+//     default) kills the plugin's whole process group.
+//   - Cache (package authcache): cacheDuration from the response, else the
+//     provider's default, 0 = not cached; lookups image, then registry, then
+//     global; one exec at a time per image; expired entries purged
+//     periodically (Run); bounded.
+//   - Injection (Injector.PullImage, a criproxy hook): a request with its own
+//     auth is forwarded unchanged; otherwise the matching credentials are
+//     tried in order (see Lookup), username and password only, server_address
+//     empty; no credential means an anonymous pull; when all fail, the error
+//     lists provider, key and the runtime's message for each try, with the
+//     runtime's last status code, and never a username or password.
+//
+// Credentials are never logged, put in errors or in metric labels.
+package credplugins

@@ -1,0 +1,111 @@
+package credplugins
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/distribution/reference"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+)
+
+var _ criproxy.PullImageHook = (*Injector)(nil)
+
+// PullImage completes a pull that carries no credentials. A request with
+// its own auth (the kubelet's pull secrets, crictl --creds) is forwarded as
+// it is. Otherwise the candidates of Lookup are tried in order, username and
+// password only, server_address left empty (containerd drops or rejects an
+// auth whose address is not the host it contacts, mirrors included), until
+// one succeeds. With no candidate the pull goes ahead anonymously. When every
+// candidate fails, the error lists what was tried, never a secret, and
+// carries the runtime's last status code.
+func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+	if hasAuth(req.GetAuth()) {
+		in.metrics.pulls.WithLabelValues("request_auth").Inc()
+		return next(ctx, req)
+	}
+	image, ok := Repository(req.GetImage().GetImage())
+	if !ok {
+		return next(ctx, req) // not a name we can match; the runtime will say why
+	}
+	cands, _, failed := in.Lookup(ctx, image)
+	if len(cands) == 0 {
+		resp, err := next(ctx, req)
+		if err != nil && len(failed) > 0 {
+			in.metrics.pulls.WithLabelValues("failed").Inc()
+			return nil, pullError(err, req.GetImage().GetImage(), nil, failed)
+		}
+		in.metrics.pulls.WithLabelValues("anonymous").Inc()
+		return resp, err
+	}
+
+	var tried []attempt
+	for _, c := range cands {
+		r := proto.CloneOf(req)
+		r.Auth = nil
+		if c.Credential != (Credential{}) { // an empty credential is an anonymous try (ACR's "*.azurecr.*")
+			r.Auth = &runtimeapi.AuthConfig{Username: c.Credential.Username, Password: c.Credential.Password}
+		}
+		resp, err := next(ctx, r)
+		if err == nil {
+			in.metrics.pulls.WithLabelValues("injected").Inc()
+			in.log.Debug("pulled with a credential provider's credential", "image", req.GetImage().GetImage(),
+				"plugin", c.Provider, "key", c.Key, "tries", len(tried)+1)
+			return resp, nil
+		}
+		tried = append(tried, attempt{Candidate: c, err: err})
+		if ctx.Err() != nil {
+			break // the caller gave up; do not go on knocking at the registry
+		}
+	}
+	in.metrics.pulls.WithLabelValues("failed").Inc()
+	return nil, pullError(tried[len(tried)-1].err, req.GetImage().GetImage(), tried, failed)
+}
+
+// attempt is one failed try.
+type attempt struct {
+	Candidate
+	err error
+}
+
+// pullError keeps the runtime's last status code and lists what was tried:
+// provider, key and the runtime's message, never a username or password.
+func pullError(last error, image string, tried []attempt, failed []ProviderError) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pulling %s with credentials from credential provider plugins failed:", image)
+	for i, t := range tried {
+		fmt.Fprintf(&b, " [%d] plugin %s, key %q: %s;", i+1, t.Provider, t.Key, status.Convert(t.err).Message())
+	}
+	if len(tried) == 0 {
+		fmt.Fprintf(&b, " no credential to try, the anonymous pull failed: %s;", status.Convert(last).Message())
+	}
+	for _, f := range failed {
+		fmt.Fprintf(&b, " plugin %s gave no credentials: %v;", f.Provider, f.Err)
+	}
+	code := status.Code(last)
+	if code == codes.OK {
+		code = codes.Unknown
+	}
+	return status.Error(code, strings.TrimSuffix(b.String(), ";"))
+}
+
+// hasAuth reports whether a request carries any credential.
+func hasAuth(a *runtimeapi.AuthConfig) bool {
+	return a != nil && (a.Username != "" || a.Password != "" || a.Auth != "" || a.IdentityToken != "" || a.RegistryToken != "")
+}
+
+// Repository returns the normalized repository of an image reference
+// without tag or digest ("nginx:1" -> "docker.io/library/nginx"): what the
+// kubelet matches and passes to plugins.
+func Repository(image string) (string, bool) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", false
+	}
+	return named.Name(), true
+}
