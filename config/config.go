@@ -28,6 +28,10 @@ const (
 	DefaultRuntimeEndpoint   = "unix:///run/containerd/containerd.sock"
 	DefaultMonitoringAddress = "127.0.0.1:9741"
 	DefaultShutdownTimeout   = 30 * time.Second
+
+	DefaultPluginExecTimeout        = time.Minute
+	DefaultPluginCacheSize          = 4096
+	DefaultPluginCachePurgeInterval = time.Minute
 )
 
 // ProxyConfiguration configures cri-image-proxy serve.
@@ -53,6 +57,28 @@ type ProxyConfiguration struct {
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout"`
 	// Logging configures the daemon's logs.
 	Logging Logging `json:"logging"`
+	// CredentialProviders completes pulls that carry no credentials with
+	// credentials from the kubelet's credential provider exec plugins
+	// (KEP-2133). Absent: pulls are forwarded as they come.
+	CredentialProviders *CredentialProviders `json:"credentialProviders,omitempty"`
+}
+
+// CredentialProviders configures credential injection.
+type CredentialProviders struct {
+	// Config is the kubelet's CredentialProviderConfig, a file or a
+	// directory of files, as --image-credential-provider-config.
+	Config string `json:"config"`
+	// BinDir holds the plugin executables, as
+	// --image-credential-provider-bin-dir.
+	BinDir string `json:"binDir"`
+	// ExecTimeout bounds one plugin run; the plugin and its children are
+	// killed past it. Default: 1m, the kubelet's.
+	ExecTimeout metav1.Duration `json:"execTimeout,omitempty"`
+	// CacheSize bounds the number of cached answers per plugin. Default: 4096.
+	CacheSize int `json:"cacheSize,omitempty"`
+	// CachePurgeInterval is how often expired credentials are dropped from
+	// memory (the kubelet only drops them when read). Default: 1m.
+	CachePurgeInterval metav1.Duration `json:"cachePurgeInterval,omitempty"`
 }
 
 // Socket is the proxy's own CRI socket.
@@ -109,6 +135,17 @@ func (c *ProxyConfiguration) SetDefaults() {
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
+	}
+	if cp := c.CredentialProviders; cp != nil {
+		if cp.ExecTimeout.Duration == 0 {
+			cp.ExecTimeout.Duration = DefaultPluginExecTimeout
+		}
+		if cp.CacheSize == 0 {
+			cp.CacheSize = DefaultPluginCacheSize
+		}
+		if cp.CachePurgeInterval.Duration == 0 {
+			cp.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
+		}
 	}
 }
 
@@ -178,6 +215,26 @@ func (c *ProxyConfiguration) Validate() error {
 	}
 	if f := c.Logging.Format; f != "text" && f != "json" {
 		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), f, []string{"text", "json"}))
+	}
+	if cp := c.CredentialProviders; cp != nil {
+		p := field.NewPath("credentialProviders")
+		for _, f := range []struct{ name, path string }{{"config", cp.Config}, {"binDir", cp.BinDir}} {
+			name, path := f.name, f.path
+			if path == "" {
+				errs = append(errs, field.Required(p.Child(name), "an absolute path"))
+			} else if !filepath.IsAbs(path) {
+				errs = append(errs, field.Invalid(p.Child(name), path, "must be an absolute path"))
+			}
+		}
+		if cp.ExecTimeout.Duration < 0 {
+			errs = append(errs, field.Invalid(p.Child("execTimeout"), cp.ExecTimeout.Duration.String(), "must not be negative"))
+		}
+		if cp.CacheSize < 0 {
+			errs = append(errs, field.Invalid(p.Child("cacheSize"), cp.CacheSize, "must not be negative"))
+		}
+		if cp.CachePurgeInterval.Duration < 0 {
+			errs = append(errs, field.Invalid(p.Child("cachePurgeInterval"), cp.CachePurgeInterval.Duration.String(), "must not be negative"))
+		}
 	}
 	return errs.ToAggregate()
 }

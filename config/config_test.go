@@ -21,6 +21,12 @@ func TestLoad(t *testing.T) {
 		want.ImageEndpoint = "unix:///run/containerd/containerd.sock"
 		want.ShutdownTimeout.Duration = 45 * time.Second
 		want.Logging = Logging{Level: "debug", Format: "json"}
+		want.CredentialProviders = &CredentialProviders{
+			Config: "/etc/kubernetes/credential-providers.yaml", BinDir: "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec",
+			CacheSize: DefaultPluginCacheSize,
+		}
+		want.CredentialProviders.ExecTimeout.Duration = 30 * time.Second
+		want.CredentialProviders.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
 		if diff := cmp.Diff(want, c); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
@@ -81,6 +87,15 @@ func TestValidate(t *testing.T) {
 		{"an unknown log level lists the supported ones", func(c *ProxyConfiguration) { c.Logging.Level = "loud" }, []string{"logging.level", `"debug"`}},
 		{"a negative shutdown timeout names the field", func(c *ProxyConfiguration) { c.ShutdownTimeout.Duration = -time.Second }, []string{"shutdownTimeout"}},
 		{"every problem is reported at once", func(c *ProxyConfiguration) { c.Socket.Path = "x"; c.Logging.Format = "xml" }, []string{"socket.path", "logging.format"}},
+		{"credential providers need a config and a bin directory", func(c *ProxyConfiguration) { c.CredentialProviders = &CredentialProviders{} },
+			[]string{"credentialProviders.config: Required value", "credentialProviders.binDir: Required value"}},
+		{"credential provider paths must be absolute", func(c *ProxyConfiguration) {
+			c.CredentialProviders = &CredentialProviders{Config: "providers.yaml", BinDir: "/usr/libexec/plugins"}
+		}, []string{"credentialProviders.config: Invalid value"}},
+		{"a negative exec timeout names the field", func(c *ProxyConfiguration) {
+			c.CredentialProviders = &CredentialProviders{Config: "/etc/p.yaml", BinDir: "/bin"}
+			c.CredentialProviders.ExecTimeout.Duration = -1
+		}, []string{"credentialProviders.execTimeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

@@ -142,7 +142,7 @@ func candidates(image string, answers []Answer) []Candidate {
 	var all, hub []ranked
 	for i, a := range answers {
 		for raw, cred := range a.Auth {
-			k, ok := authKey(raw)
+			k, ok := AuthKey(raw)
 			if !ok {
 				continue
 			}
@@ -159,8 +159,8 @@ func candidates(image string, answers []Answer) []Candidate {
 	}
 	sort.SliceStable(all, func(i, j int) bool {
 		a, b := all[i], all[j]
-		ka, _ := authKey(a.Key)
-		kb, _ := authKey(b.Key)
+		ka, _ := AuthKey(a.Key)
+		kb, _ := AuthKey(b.Key)
 		if wa, wb := isWildcard(ka), isWildcard(kb); wa != wb {
 			return !wa
 		}

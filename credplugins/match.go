@@ -88,10 +88,10 @@ func validateMatchImage(pattern string) error {
 	return nil
 }
 
-// authKey normalises a key of a response's auth map the way the kubelet's
-// keyring does for docker config keys: a scheme is allowed and dropped, and
-// a /v1/ or /v2/ path means the whole host.
-func authKey(k string) (string, bool) {
+// AuthKey normalises a key of a response's auth map (or of a docker
+// config.json) the way the kubelet's keyring does: a scheme is allowed and
+// dropped, and a /v1/ or /v2/ path means the whole host.
+func AuthKey(k string) (string, bool) {
 	v := k
 	if !strings.HasPrefix(v, "https://") && !strings.HasPrefix(v, "http://") {
 		v = "https://" + v

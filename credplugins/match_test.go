@@ -56,9 +56,9 @@ func TestAuthKey(t *testing.T) {
 		{"a trailing slash alone is the host", "registry.io/", "registry.io"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := authKey(tc.in)
+			got, ok := AuthKey(tc.in)
 			if !ok || got != tc.want {
-				t.Errorf("authKey(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
+				t.Errorf("AuthKey(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
@@ -32,6 +33,8 @@ type serveFlags struct {
 	shutdownTimeout   time.Duration
 	logLevel          string
 	logFormat         string
+	providerConfig    string
+	providerBinDir    string
 }
 
 func newServeCmd() *cobra.Command {
@@ -60,6 +63,8 @@ func newServeCmd() *cobra.Command {
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", d.ShutdownTimeout.Duration, "how long calls in flight may finish after SIGTERM")
 	fl.StringVar(&f.logLevel, "log-level", d.Logging.Level, "debug, info, warn or error; debug logs every CRI call (never its content)")
 	fl.StringVar(&f.logFormat, "log-format", d.Logging.Format, "text or json")
+	fl.StringVar(&f.providerConfig, "image-credential-provider-config", "", "the kubelet's CredentialProviderConfig (file or directory): inject its plugins' credentials into pulls without any")
+	fl.StringVar(&f.providerBinDir, "image-credential-provider-bin-dir", "", "the directory of the credential provider plugin executables")
 	return cmd
 }
 
@@ -104,6 +109,18 @@ func loadServeConfig(cmd *cobra.Command, f *serveFlags) (*config.ProxyConfigurat
 	if set("log-format") {
 		cfg.Logging.Format = f.logFormat
 	}
+	if set("image-credential-provider-config") || set("image-credential-provider-bin-dir") {
+		if cfg.CredentialProviders == nil {
+			cfg.CredentialProviders = &config.CredentialProviders{}
+		}
+		if set("image-credential-provider-config") {
+			cfg.CredentialProviders.Config = f.providerConfig
+		}
+		if set("image-credential-provider-bin-dir") {
+			cfg.CredentialProviders.BinDir = f.providerBinDir
+		}
+		cfg.SetDefaults()
+	}
 	if err := cfg.Validate(); err != nil {
 		if f.config != "" {
 			return nil, fmt.Errorf("config %s with flags: %w", f.config, err)
@@ -134,7 +151,20 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg})
+
+	// Hooks, outermost first.
+	var hooks []any
+	var background []func(context.Context)
+	if cp := cfg.CredentialProviders; cp != nil {
+		injector, err := newInjector(cp, log, reg)
+		if err != nil {
+			return err
+		}
+		hooks = append(hooks, injector)
+		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
+		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
+	}
+	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Hooks: hooks})
 	if err != nil {
 		return err
 	}
@@ -159,6 +189,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	log.Info("serving CRI", "socket", cfg.Socket.Path, "runtime", backend.RuntimeEndpoint,
 		"image", backend.ImageEndpoint, "monitoring", cfg.Monitoring.Address)
 	g, gctx := errgroup.WithContext(ctx)
+	for _, run := range background {
+		g.Go(func() error { run(gctx); return nil })
+	}
 	g.Go(func() error {
 		if err := proxy.Serve(sock); err != nil {
 			return fmt.Errorf("serving CRI on %s: %w", cfg.Socket.Path, err)
@@ -188,4 +221,19 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		return nil
 	}
 	return err
+}
+
+// newInjector loads the credential provider configuration and builds the
+// PullImage hook that injects its plugins' credentials.
+func newInjector(cp *config.CredentialProviders, log *slog.Logger, reg prometheus.Registerer) (*credplugins.Injector, error) {
+	pc, err := credplugins.LoadConfig(cp.Config, cp.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	return credplugins.New(pc, credplugins.Options{
+		ExecTimeout: cp.ExecTimeout.Duration,
+		CacheSize:   cp.CacheSize,
+		Logger:      log,
+		Registerer:  reg,
+	})
 }

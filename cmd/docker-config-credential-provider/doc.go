@@ -1,0 +1,17 @@
+// Command docker-config-credential-provider is a kubelet credential
+// provider plugin (KEP-2133) that answers from a docker config.json file:
+// node-wide credentials kept in a file, for cri-image-proxy or the kubelet
+// itself.
+//
+//	docker-config-credential-provider [--docker-config FILE]
+//
+// It reads a CredentialProviderRequest (credentialprovider.kubelet.k8s.io
+// v1, v1beta1 or v1alpha1) on stdin and answers in the same version with
+// the entries of FILE's "auths" whose key matches the requested image, by
+// the kubelet's rules. cacheKeyType is Registry when every matching key is a
+// bare registry, else Image; cacheDuration is left to the provider's
+// defaultCacheDuration. Credentials may be given as username and password
+// or as "auth" (base64 of user:password).
+//
+// Errors go to stderr and exit 1; they never quote the file's content.
+package main
