@@ -17,6 +17,7 @@ import (
 var (
 	testRig    *rig.Rig
 	proxyBin   string // the cri-image-proxy binary under test
+	pluginBin  string // the docker-config-credential-provider plugin
 	proxySock  string // where the shared proxy serves
 	proxyProc  *rig.Proc
 	skipReason string
@@ -43,10 +44,12 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	proxyBin = filepath.Join(dir, "cri-image-proxy")
 	logf("building %s", proxyBin)
-	build := exec.Command("go", "build", "-o", proxyBin, "../cmd/cri-image-proxy")
-	if out, err := build.CombinedOutput(); err != nil {
-		logf("build: %v\n%s", err, out)
-		return 1
+	pluginBin = filepath.Join(dir, "docker-config-credential-provider")
+	for bin, pkg := range map[string]string{proxyBin: "../cmd/cri-image-proxy", pluginBin: "../cmd/docker-config-credential-provider"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			logf("build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
 	}
 
 	testRig, err = rig.Start(rig.Options{Logf: logf})

@@ -249,6 +249,11 @@ func TestStreamsThroughTheProxy(t *testing.T) {
 	t.Logf("GetContainerEvents answers %v %q both ways", pc, pm)
 }
 
+// dialCRI connects a CRI client to endpoint.
+func dialCRI(endpoint string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
 // waitUntil polls f until it succeeds or the bound passes: a bound, not a
 // performance assertion.
 func waitUntil(t *testing.T, bound time.Duration, f func() error) {

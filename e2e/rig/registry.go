@@ -97,17 +97,17 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// RegistryRequest is one line of a registry's access log.
+// RegistryRequest is one line of a registry's access log. (The registry's
+// log names the user only for failed requests, so it is not kept.)
 type RegistryRequest struct {
-	User   string // "-" when anonymous
 	Method string
 	Path   string
 	Status int
 }
 
 // accessLine matches the combined-log-format lines the registry writes for
-// every request: `127.0.0.1 - user [date] "HEAD /v2/... HTTP/1.1" 200 ...`.
-var accessLine = regexp.MustCompile(`^\S+ \S+ (\S+) \[[^\]]+\] "(\S+) (\S+) [^"]*" (\d{3}) `)
+// every request, 401s included: `127.0.0.1 - - [date] "HEAD /v2/... HTTP/1.1" 200 ...`.
+var accessLine = regexp.MustCompile(`^\S+ \S+ \S+ \[[^\]]+\] "(\S+) (\S+) [^"]*" (\d{3}) `)
 
 // readAccessLog parses the access lines of a registry log.
 func readAccessLog(path string) ([]RegistryRequest, error) {
@@ -120,12 +120,10 @@ func readAccessLog(path string) ([]RegistryRequest, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		m := accessLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
+		if m := accessLine.FindStringSubmatch(sc.Text()); m != nil {
+			code, _ := strconv.Atoi(m[3])
+			out = append(out, RegistryRequest{Method: m[1], Path: m[2], Status: code})
 		}
-		code, _ := strconv.Atoi(m[4])
-		out = append(out, RegistryRequest{User: m[1], Method: m[2], Path: m[3], Status: code})
 	}
 	return out, sc.Err()
 }

@@ -211,9 +211,25 @@ func (r *Rig) criCall(ctx context.Context, f func(runtimeapi.RuntimeServiceClien
 	return f(runtimeapi.NewRuntimeServiceClient(conn))
 }
 
-// RegistryRequests returns the authenticated registry's access log so far.
+// RegistryRequests returns every request the authenticated registry has
+// answered so far, 401s included.
 func (r *Rig) RegistryRequests() ([]RegistryRequest, error) {
 	return readAccessLog(r.registries[0].Log)
+}
+
+// MirrorGCR points containerd's gcr.io mirror (critest's images) at the
+// authenticated registry, or back at the anonymous one. containerd reads
+// hosts.toml on every pull: no restart needed.
+func (r *Rig) MirrorGCR(authenticated bool) error {
+	port := r.AnonRegistry
+	if authenticated {
+		port = r.Registry
+	}
+	p, err := strconv.Atoi(port[strings.LastIndexByte(port, ':')+1:])
+	if err != nil {
+		return err
+	}
+	return writeHostsToml(filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d"), "gcr.io", p)
 }
 
 // Result is what a command printed and how it ended.
