@@ -62,7 +62,7 @@ type EnvVar struct{ Name, Value string }
 type TokenAttributes struct {
 	ServiceAccountTokenAudience          string
 	CacheType                            string // Token or ServiceAccount
-	RequireServiceAccount                *bool // required
+	RequireServiceAccount                *bool  // required
 	RequiredServiceAccountAnnotationKeys []string
 	OptionalServiceAccountAnnotationKeys []string
 }

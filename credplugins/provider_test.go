@@ -226,8 +226,8 @@ func TestCandidateOrder(t *testing.T) {
 			want: []string{"second/registry.test/app", "first/registry.test", "second/registry.test"},
 		},
 		{
-			name:  "a scheme and a /v2/ path in a key are the same registry",
-			image: "registry.test/app",
+			name:    "a scheme and a /v2/ path in a key are the same registry",
+			image:   "registry.test/app",
 			answers: []Answer{{Provider: "p", Auth: Auth{"https://registry.test/v2/": c("a")}}},
 			want:    []string{"p/https://registry.test/v2/"},
 		},

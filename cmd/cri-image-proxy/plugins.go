@@ -178,4 +178,3 @@ func pluginsTest(ctx context.Context, out io.Writer, cfg *credplugins.Config, im
 	}
 	return nil
 }
-
