@@ -28,8 +28,9 @@ e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
 	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
 	$(GO) test -v -count=1 -timeout 60m ./e2e/
 
-bench: deps ## benchmark direct vs proxied on real containerd (root); report in _output/bench
+bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./bench $(BENCH_FLAGS)
+	$(GO) test -run '^$$' -bench . -benchtime 2s -benchmem ./credplugins/ ./authcache/
 
 demo: deps ## start containerd, a private registry and the proxy, and show crictl through it (root)
 	$(GO) run ./hack/demo

@@ -205,3 +205,14 @@ func TestUnknownKeyTypeIsAnError(t *testing.T) {
 		t.Errorf("an unknown key type was accepted")
 	}
 }
+
+func BenchmarkGetHit(b *testing.B) {
+	c := New[string](Options{Clock: testclock.NewFakeClock(t0)})
+	c.Put(Registry, "registry.test:5000/team/app", "", "v", time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := c.Get("registry.test:5000/team/app", ""); !ok {
+			b.Fatal("miss")
+		}
+	}
+}

@@ -124,6 +124,8 @@ type benchEnv struct {
 	direct, proxied, bare1 *grpc.ClientConn
 	presentImage           string
 	monitoring             string // the proxy's monitoring address, when profiling
+	inject                 *injectEnv
+	extraProxies           []*rig.Proc
 }
 
 func (e *benchEnv) setUp() error {
@@ -196,7 +198,7 @@ func (e *benchEnv) setUp() error {
 		"containerd": e.rig.Containerd().Pid(),
 		"bare":       e.bare.Process.Pid,
 	}
-	return nil
+	return e.setUpInjection()
 }
 
 func (e *benchEnv) close() {
@@ -209,8 +211,10 @@ func (e *benchEnv) close() {
 		e.bare.Process.Kill()
 		e.bare.Wait()
 	}
-	if e.proxy != nil {
-		e.proxy.Stop(10 * time.Second)
+	for _, p := range append(e.extraProxies, e.proxy) {
+		if p != nil {
+			p.Stop(10 * time.Second)
+		}
 	}
 }
 

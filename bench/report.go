@@ -28,6 +28,11 @@ func render(results []*result, about string) string {
 				name, arm.name, us(p50), us(p99), rate, r.p50Ratio(a), r.p99Ratio(a), r.rateRatio(a), usf(cpu))
 		}
 	}
+	for _, r := range results {
+		if r.sc.notes != nil {
+			fmt.Fprintf(&b, "\n%s: %s\n", r.sc.name, r.sc.notes(r))
+		}
+	}
 	b.WriteString("\n## Targets\n\n| scenario | target | measured | result |\n|---|---|---|---|\n")
 	for _, r := range results {
 		for _, t := range r.sc.targets {

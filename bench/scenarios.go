@@ -33,6 +33,8 @@ type scenario struct {
 	conc    int
 	arms    []arm // arms[0] is the baseline of the ratios
 	targets []target
+	before  func()               // runs before the scenario, when set
+	notes   func(*result) string // a line for the report, when set
 }
 
 func versionCall(cc *grpc.ClientConn) call {
@@ -110,6 +112,9 @@ func (e *benchEnv) scenarios() []scenario {
 			targets: []target{floorTarget},
 		})
 	}
+	if e.inject != nil {
+		out = append(out, e.injectionScenarios()...)
+	}
 	out = append(out, scenario{
 		name: "ListImages(1000) c=1", conc: 1,
 		arms:    []arm{direct(listImagesCall(e.direct, 1000)), proxied(listImagesCall(e.proxied, 1000))},
@@ -120,8 +125,9 @@ func (e *benchEnv) scenarios() []scenario {
 
 // result holds every segment of a scenario: rounds[i][arm].
 type result struct {
-	sc     scenario
-	rounds [][]segment
+	sc          scenario
+	rounds      [][]segment
+	warmupCalls []int // per arm
 }
 
 // segmentLength is how long one arm runs in a round.
@@ -143,9 +149,12 @@ func (e *benchEnv) duration(sc scenario) time.Duration {
 func (e *benchEnv) measure(sc scenario) *result {
 	d := e.segmentLength(sc)
 	r := &result{sc: sc}
+	if sc.before != nil {
+		sc.before()
+	}
 	// One warm-up segment per arm, not recorded.
 	for _, a := range sc.arms {
-		runSegment(a.call, sc.conc, d/4, e.pids)
+		r.warmupCalls = append(r.warmupCalls, runSegment(a.call, sc.conc, d/4, e.pids).calls)
 	}
 	for i := 0; i < e.opts.rounds; i++ {
 		round := make([]segment, len(sc.arms))
@@ -171,6 +180,18 @@ func (r *result) perRound(f func(round []segment) float64) float64 {
 
 func (r *result) p50Ratio(a int) float64 {
 	return r.perRound(func(s []segment) float64 { return float64(s[a].quantile(0.5)) / float64(s[0].quantile(0.5)) })
+}
+
+// p50Delta is the median over rounds of arm a's p50 minus the baseline's.
+func (r *result) p50Delta(a int) time.Duration {
+	return time.Duration(r.perRound(func(s []segment) float64 { return float64(s[a].quantile(0.5) - s[0].quantile(0.5)) }))
+}
+
+// ratioOf is the p50 ratio of arm a over arm b, per round, median.
+func ratioOf(a, b int) func(*result) float64 {
+	return func(r *result) float64 {
+		return r.perRound(func(s []segment) float64 { return float64(s[a].quantile(0.5)) / float64(s[b].quantile(0.5)) })
+	}
 }
 
 func (r *result) p99Ratio(a int) float64 {
