@@ -2,12 +2,12 @@ package authcache
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/crypto/cryptobyte"
 	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/clock"
 )
@@ -77,12 +77,15 @@ func RegistryOf(image string) string {
 	return registry
 }
 
-// key builds the unambiguous key of a base key and an extra part.
+// key builds the unambiguous key of a base key and an extra part: each
+// length-prefixed, so ("ab", "c") and ("a", "bc") differ.
 func key(base, extra string) string {
-	var b cryptobyte.Builder
-	b.AddUint32LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes([]byte(base)) })
-	b.AddUint32LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes([]byte(extra)) })
-	return string(b.BytesOrPanic()) // cannot fail: 32-bit lengths fit any string we hold
+	b := make([]byte, 0, 8+len(base)+len(extra))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(base)))
+	b = append(b, base...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(extra)))
+	b = append(b, extra...)
+	return string(b)
 }
 
 // baseKey is the base key an entry of type t for image is stored under.
@@ -98,6 +101,9 @@ func baseKey(t KeyType, image string) (string, error) {
 	return "", fmt.Errorf("cache key type %q is not Image, Registry or Global", t)
 }
 
+// lookupOrder is the kubelet's: the most specific key first.
+var lookupOrder = [...]KeyType{Image, Registry, Global}
+
 // Get returns the value cached for image (with extra, the service-account
 // part; empty for plain plugins), looking up the image, registry and global
 // keys in that order.
@@ -105,7 +111,7 @@ func (c *Cache[V]) Get(image, extra string) (V, KeyType, bool) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, t := range []KeyType{Image, Registry, Global} {
+	for _, t := range lookupOrder {
 		base, _ := baseKey(t, image)
 		k := key(base, extra)
 		e, ok := c.entries[k]
@@ -212,9 +218,10 @@ func (c *Cache[V]) Do(flightKey string, fetch func() (any, error)) (v any, err e
 
 // FlightKey builds a singleflight key from parts, unambiguously.
 func FlightKey(parts ...string) string {
-	var b cryptobyte.Builder
+	var b []byte
 	for _, p := range parts {
-		b.AddUint32LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes([]byte(p)) })
+		b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+		b = append(b, p...)
 	}
-	return string(b.BytesOrPanic())
+	return string(b)
 }
