@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	testclock "k8s.io/utils/clock/testing"
 )
 
@@ -22,7 +22,9 @@ func BenchmarkPullImageHookCacheHit(b *testing.B) {
 	in.plugins[0].runner = r
 	req := pull("registry.test:5000/team-a/app:v1", nil)
 	resp := &runtimeapi.PullImageResponse{ImageRef: "sha256:abc"}
-	next := func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) { return resp, nil }
+	next := func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+		return resp, nil
+	}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
