@@ -14,7 +14,7 @@
 //     ListImages; RuntimeService CreateContainer and RemovePodSandbox. They
 //     are decoded only when a hook implements them.
 //   - Local errors are mapped to gRPC status codes once, in the typed
-//     handlers (toStatus); runtime errors pass through as they came.
+//     handlers (ToStatus); runtime errors pass through as they came.
 //   - Messages up to MaxMessageSize (16 MiB) pass both ways.
 //   - Requests are never logged or put in metric labels: they may carry
 //     registry credentials.

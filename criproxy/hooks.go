@@ -17,7 +17,7 @@ import (
 // costs nothing until something uses it.
 //
 // Errors a hook returns are mapped to gRPC status codes once, at the edge
-// (see toStatus): return runtime errors as they are, and wrap local ones
+// (see ToStatus): return runtime errors as they are, and wrap local ones
 // around the sentinels of github.com/containerd/errdefs.
 
 // PullImageFunc continues a PullImage call.

@@ -56,7 +56,7 @@ func typedMethod[Req any, PReq interface {
 	run := func(ctx context.Context, req PReq) (any, error) {
 		resp, err := h(outgoingContext(ctx), req)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, ToStatus(err)
 		}
 		return resp, nil
 	}
@@ -101,10 +101,10 @@ func invoke[Req proto.Message, Resp any, PResp interface {
 	}
 }
 
-// toStatus maps an error to a gRPC status, once, at the edge. An error that
+// ToStatus maps an error to a gRPC status, once, at the edge. An error that
 // already carries a status (the runtime's answer, possibly wrapped) keeps its
 // code; errdefs sentinels and context errors get theirs; anything else is
 // Unknown, as containerd itself answers.
-func toStatus(err error) error {
+func ToStatus(err error) error {
 	return errgrpc.ToGRPC(err)
 }

@@ -1,0 +1,256 @@
+package ensure
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const refA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	alice := &runtimeapi.AuthConfig{Username: "alice", Password: "a"}
+
+	t.Run("the file is made with mode 0600 in a 0700 directory", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "state", "ensure.db")
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		fi, _ := os.Stat(path)
+		di, _ := os.Stat(filepath.Dir(path))
+		if fi.Mode().Perm() != 0o600 || di.Mode().Perm() != 0o700 {
+			t.Errorf("file %v, dir %v", fi.Mode().Perm(), di.Mode().Perm())
+		}
+	})
+
+	t.Run("records and the salt survive a reopen", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ensure.db")
+		s, _ := Open(path, Options{})
+		h := s.HashAuth(alice)
+		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: h}, "", t0); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if s.HashAuth(alice) != h {
+			t.Errorf("the same credential hashes differently after a reopen")
+		}
+		r, err := s.Get(refA)
+		if err != nil || r.CredentialMapping["r.test/app"].KubernetesSecrets[0].CredentialHash != h {
+			t.Errorf("record %+v, %v", r, err)
+		}
+	})
+
+	t.Run("two databases salt differently: no shared lookup table", func(t *testing.T) {
+		a, _ := Open(filepath.Join(t.TempDir(), "a.db"), Options{})
+		b, _ := Open(filepath.Join(t.TempDir(), "b.db"), Options{})
+		defer a.Close()
+		defer b.Close()
+		if a.HashAuth(alice) == b.HashAuth(alice) {
+			t.Errorf("two databases share a salt")
+		}
+	})
+
+	t.Run("a second opener fails fast with a clear error", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ensure.db")
+		s, _ := Open(path, Options{})
+		defer s.Close()
+		start := time.Now()
+		_, err := Open(path, Options{OpenTimeout: 100 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), "locked by another process") || !strings.Contains(err.Error(), path) {
+			t.Errorf("got %v", err)
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Errorf("waited %v for the lock", time.Since(start))
+		}
+	})
+
+	t.Run("a file that is not a database is an error naming it", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ensure.db")
+		os.WriteFile(path, []byte("not a bolt file, definitely not"), 0o600)
+		if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+func TestRecordsThatDoNotDecodeAreErrors(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ensure.db")
+	s, _ := Open(path, Options{})
+	defer s.Close()
+	for _, tc := range []struct {
+		name, value string
+	}{
+		{"garbage", "{not json"},
+		{"an unknown field", `{"imageRef":"` + refA + `","credentialMapping":{},"extra":1}`},
+		{"a record of another image", `{"imageRef":"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"}`},
+	} {
+		t.Run(tc.name+" is an error, not a missing record", func(t *testing.T) {
+			s.db.Update(func(tx *bolt.Tx) error { return recordsBucket(tx).Put([]byte(refA), []byte(tc.value)) })
+			_, err := s.Get(refA)
+			if err == nil || errors.Is(err, ErrNotFound) {
+				t.Errorf("got %v", err)
+			}
+		})
+	}
+	t.Run("a new pull replaces an undecodable record", func(t *testing.T) {
+		if err := s.RecordPull(refA, "r.test/app", Credential{Node: true}, "", t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(refA); err != nil {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+// migrationTests has one case per migration: a database as the version
+// before it wrote it (init), and what must hold after (check).
+var migrationTests = []struct {
+	name  string
+	init  func(*bolt.Tx) error
+	check func(*bolt.Tx) error
+}{}
+
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+	if len(migrationTests) != len(migrations) {
+		t.Fatal("each migration must have a test case")
+	}
+	for i, mt := range migrationTests {
+		t.Run(mt.name, func(t *testing.T) {
+			db := rawDB(t)
+			if err := db.Update(func(tx *bolt.Tx) error {
+				if err := initialize(tx, migrations[:i], newSalt); err != nil {
+					return err
+				}
+				return mt.init(tx)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error { return initialize(tx, migrations, newSalt) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.View(mt.check); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	// The mechanism itself, with migrations made up for the test.
+	var ran []int
+	step := func(v int, fail bool) migration {
+		return migration{version: v, migrate: func(tx *bolt.Tx) error {
+			ran = append(ran, v)
+			if fail {
+				return errors.New("broken migration")
+			}
+			return recordsBucket(tx).Put([]byte("migrated-to"), []byte{byte(v)})
+		}}
+	}
+	version := func(db *bolt.DB) int {
+		v := 0
+		db.View(func(tx *bolt.Tx) error {
+			n, _ := binary.Uvarint(metaBucket(tx).Get(keyVersion))
+			v = int(n)
+			return nil
+		})
+		return v
+	}
+
+	t.Run("a new file starts at the latest version and runs no migration", func(t *testing.T) {
+		ran = nil
+		db := rawDB(t)
+		db.Update(func(tx *bolt.Tx) error { return initialize(tx, []migration{step(2, false), step(3, false)}, newSalt) })
+		if version(db) != 3 || len(ran) != 0 {
+			t.Errorf("version %d, ran %v", version(db), ran)
+		}
+	})
+	t.Run("an older file runs the missing migrations in order", func(t *testing.T) {
+		ran = nil
+		db := rawDB(t)
+		db.Update(func(tx *bolt.Tx) error { return initialize(tx, []migration{step(2, false)}, newSalt) })
+		if err := db.Update(func(tx *bolt.Tx) error {
+			return initialize(tx, []migration{step(2, false), step(3, false), step(4, false)}, newSalt)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if version(db) != 4 || len(ran) != 2 || ran[0] != 3 || ran[1] != 4 {
+			t.Errorf("version %d, ran %v", version(db), ran)
+		}
+	})
+	t.Run("a failed migration changes nothing", func(t *testing.T) {
+		ran = nil
+		db := rawDB(t)
+		db.Update(func(tx *bolt.Tx) error { return initialize(tx, []migration{step(2, false)}, newSalt) })
+		err := db.Update(func(tx *bolt.Tx) error {
+			return initialize(tx, []migration{step(2, false), step(3, false), step(4, true)}, newSalt)
+		})
+		if err == nil || !strings.Contains(err.Error(), "migration to version 4") {
+			t.Fatalf("got %v", err)
+		}
+		var migrated []byte
+		db.View(func(tx *bolt.Tx) error { migrated = recordsBucket(tx).Get([]byte("migrated-to")); return nil })
+		if version(db) != 2 || migrated != nil {
+			t.Errorf("a failed migration left version %d and %v", version(db), migrated)
+		}
+	})
+	t.Run("a file from a newer build is refused, untouched", func(t *testing.T) {
+		db := rawDB(t)
+		db.Update(func(tx *bolt.Tx) error { return initialize(tx, []migration{step(2, false), step(7, false)}, newSalt) })
+		err := db.Update(func(tx *bolt.Tx) error { return initialize(tx, []migration{step(2, false)}, newSalt) })
+		if !errors.Is(err, errNewerDatabase) || version(db) != 7 {
+			t.Errorf("got %v, version %d", err, version(db))
+		}
+	})
+}
+
+func rawDB(t *testing.T) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "raw.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// FuzzDecodeRecord: a stored value never panics the decoder; what decodes
+// belongs to its key and encodes back to a record that decodes the same.
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add([]byte(refA), []byte(`{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","lastUpdatedTime":"2026-11-22T00:00:00Z","imageRef":"`+refA+`","credentialMapping":{"r.test/app":{"kubernetesSecrets":[{"uid":"","namespace":"","name":"","credentialHash":"sha256:00"}],"nodePodsAccessible":true}}}`))
+	f.Add([]byte(refA), []byte(`{"imageRef":"x"}`))
+	f.Add([]byte("k"), []byte(`[]`))
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		r, err := decodeRecord(key, value)
+		if err != nil {
+			return
+		}
+		if r.ImageRef != string(key) {
+			t.Fatalf("decoded a record of %q under %q", r.ImageRef, key)
+		}
+		data, err := encodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeRecord(key, data); err != nil {
+			t.Fatalf("a re-encoded record does not decode: %v", err)
+		}
+	})
+}

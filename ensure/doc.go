@@ -1,0 +1,56 @@
+// Package ensure enforces "ensure secret-pulled images" (KEP-2535) at the
+// CRI layer: an image pulled with credentials is handed only to pods whose
+// credential, or service account, was verified for that image; any other
+// pod must pull (and so authenticate at the registry) or is refused.
+//
+// # What it decides, and where
+//
+// The CRI carries a pod's identity only on PullImage (sandbox_config) and
+// CreateContainer; ImageStatus carries none. So:
+//
+//   - ImageStatus by name: when the image is present but its repository
+//     needs verification for this node (see Policy.mustVerify), the answer is
+//     "not present": the kubelet then pulls (IfNotPresent) or refuses
+//     (Never) with the message it uses for a missing image. Lookups by image
+//     ID are answered as the runtime answers them.
+//   - PullImage: right after such a hide, a request whose credential (salted
+//     hash of its auth, or service account) is already verified for the image
+//     and repository gets the image's ID at once, with no registry traffic.
+//     Anything else is forwarded (the registry checks the credential) and, on
+//     success, the credential is added to the record and committed before the
+//     answer. Every allowed pull grants the pod (sandbox UID) the image.
+//   - CreateContainer: refused with PermissionDenied when the image needs
+//     verification for its repository and the pod has no grant.
+//   - RemovePodSandbox drops the pod's grants; RemoveImage drops the record.
+//
+// On any doubt (a store error, an unknown repository, an undecodable
+// record) the answer is "must verify". Secrets are never stored: only
+// salted SHA-256 hashes, with a random salt per database.
+//
+// # Records
+//
+// A record (kubelet.config.k8s.io/v1beta1 ImagePulledRecord, as the kubelet
+// writes them) is keyed by the runtime's image ID and maps each normalized
+// repository to the credentials verified for it. An intent
+// (ImagePullIntent) is written before a pull is forwarded and removed with
+// the record's update in the same transaction; an intent left by a crash
+// becomes, at start, a record with no credential (every pod must verify).
+//
+// The bbolt file (mode 0600) is laid out as:
+//
+//	v1                                   schema bucket
+//	├── meta
+//	│   ├── version : <uvarint>          database version, see migrations
+//	│   └── salt    : <32 bytes>         random, made when the file is made
+//	├── records
+//	│   └── *image ID* : <JSON ImagePulledRecord>
+//	└── intents
+//	    └── *intent ID* : <JSON ImagePullIntent>
+//
+// Update this drawing with every schema change; each change bumps the
+// version and comes with a migration and its test.
+//
+// Every write is committed (fsync) before the CRI answer that depends on it.
+// A second process opening the file fails after Options.OpenTimeout instead
+// of hanging on the file lock.
+package ensure

@@ -1,0 +1,174 @@
+package ensuretest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// Image IDs for tests.
+const (
+	RefA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	RefB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+// StoreConformance checks that a RecordStore behaves as the guard needs.
+// newStore returns an empty store for each subtest.
+func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordStore) {
+	alice := &runtimeapi.AuthConfig{Username: "alice", Password: "a"}
+	bob := &runtimeapi.AuthConfig{Username: "bob", Password: "b"}
+	sa := &ensure.ServiceAccount{Namespace: "ns", Name: "app", UID: "sa-uid"}
+
+	t.Run("an unknown image has no record", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.Get(RefA); !errors.Is(err, ensure.ErrNotFound) {
+			t.Errorf("got %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("credentials hash equally when equal and differently when not, and no credential has no hash", func(t *testing.T) {
+		s := newStore(t)
+		if s.HashAuth(alice) != s.HashAuth(&runtimeapi.AuthConfig{Username: "alice", Password: "a"}) {
+			t.Errorf("equal credentials hash differently")
+		}
+		if s.HashAuth(alice) == s.HashAuth(bob) {
+			t.Errorf("different credentials hash equally")
+		}
+		if s.HashAuth(&runtimeapi.AuthConfig{Username: "ab", Password: ""}) == s.HashAuth(&runtimeapi.AuthConfig{Username: "a", Password: "b"}) {
+			t.Errorf("the fields are not delimited")
+		}
+		if s.HashAuth(nil) != "" || s.HashAuth(&runtimeapi.AuthConfig{ServerAddress: "x"}) != "" {
+			t.Errorf("no credential got a hash")
+		}
+		if h := s.HashAuth(alice); strings.Contains(h, "alice") || !strings.HasPrefix(h, "sha256:") {
+			t.Errorf("hash %q", h)
+		}
+	})
+
+	t.Run("a pull is recorded per repository, credentials merged without duplicates", func(t *testing.T) {
+		s := newStore(t)
+		ha, hb := s.HashAuth(alice), s.HashAuth(bob)
+		for _, c := range []ensure.Credential{{Hash: ha}, {Hash: hb}, {Hash: ha}, {ServiceAccount: sa}, {ServiceAccount: sa}} {
+			if err := s.RecordPull(RefA, "registry.test/team/app", c, "", t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.RecordPull(RefA, "registry.test/other", ensure.Credential{Node: true}, "", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Get(RefA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := r.CredentialMapping["registry.test/team/app"]
+		if len(app.KubernetesSecrets) != 2 || app.KubernetesSecrets[0].CredentialHash != ha || app.KubernetesSecrets[1].CredentialHash != hb {
+			t.Errorf("secrets %+v", app.KubernetesSecrets)
+		}
+		if len(app.KubernetesServiceAccounts) != 1 || app.KubernetesServiceAccounts[0] != *sa || app.NodePodsAccessible {
+			t.Errorf("service accounts %+v, node %v", app.KubernetesServiceAccounts, app.NodePodsAccessible)
+		}
+		if other := r.CredentialMapping["registry.test/other"]; !other.NodePodsAccessible {
+			t.Errorf("the node pull was not recorded: %+v", other)
+		}
+		if r.ImageRef != RefA || !r.LastUpdatedTime.Time.Equal(t0.Add(time.Minute)) {
+			t.Errorf("ref %q, updated %v", r.ImageRef, r.LastUpdatedTime)
+		}
+	})
+
+	t.Run("a pull with no known credential still records the repository, with nothing verified", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.RecordPull(RefA, "registry.test/app", ensure.Credential{}, "", t0); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := s.Get(RefA)
+		c, ok := r.CredentialMapping["registry.test/app"]
+		if !ok || c.NodePodsAccessible || len(c.KubernetesSecrets)+len(c.KubernetesServiceAccounts) != 0 {
+			t.Errorf("mapping %+v, %v", c, ok)
+		}
+	})
+
+	t.Run("a record holds at most 100 credentials per repository", func(t *testing.T) {
+		s := newStore(t)
+		for i := 0; i < 105; i++ {
+			h := s.HashAuth(&runtimeapi.AuthConfig{Username: fmt.Sprint("user", i), Password: "p"})
+			if err := s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: h}, "", t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, _ := s.Get(RefA)
+		if n := len(r.CredentialMapping["r.test/app"].KubernetesSecrets); n != 100 {
+			t.Errorf("%d credentials kept, want 100", n)
+		}
+	})
+
+	t.Run("an image ID that is not a digest is refused", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.RecordPull("registry.test/app:v1", "registry.test/app", ensure.Credential{Node: true}, "", t0); !errors.Is(err, ensure.ErrInvalidImageRef) {
+			t.Errorf("got %v, want ErrInvalidImageRef", err)
+		}
+	})
+
+	t.Run("intents are listed until dropped or settled by the record", func(t *testing.T) {
+		s := newStore(t)
+		i1, err := s.AddIntent("registry.test/app:v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		i2, _ := s.AddIntent("registry.test/app:v1") // two pulls at once
+		i3, _ := s.AddIntent("registry.test/other:v2")
+		if in, _ := s.Intents(); len(in) != 3 {
+			t.Fatalf("intents %+v", in)
+		}
+		if err := s.DropIntent(i3); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordPull(RefA, "registry.test/app", ensure.Credential{Node: true}, i1, t0); err != nil {
+			t.Fatal(err)
+		}
+		in, _ := s.Intents()
+		if len(in) != 1 || in[0].ID != i2 || in[0].Image != "registry.test/app:v1" {
+			t.Errorf("intents %+v, want only %s", in, i2)
+		}
+		if r, i, _ := s.Counts(); r != 1 || i != 1 {
+			t.Errorf("counts %d records, %d intents", r, i)
+		}
+	})
+
+	t.Run("forget deletes a record and says whether there was one", func(t *testing.T) {
+		s := newStore(t)
+		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0)
+		if ok, err := s.Forget(RefA); !ok || err != nil {
+			t.Errorf("Forget = %v, %v", ok, err)
+		}
+		if ok, _ := s.Forget(RefA); ok {
+			t.Errorf("forgot a record twice")
+		}
+		if _, err := s.Get(RefA); !errors.Is(err, ensure.ErrNotFound) {
+			t.Errorf("still there: %v", err)
+		}
+	})
+
+	t.Run("prune deletes old records of absent images only", func(t *testing.T) {
+		s := newStore(t)
+		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0)
+		s.RecordPull(RefB, "r.test/b", ensure.Credential{Node: true}, "", t0.Add(time.Hour))
+		n, err := s.Prune(func(string) bool { return false }, t0.Add(time.Minute))
+		if err != nil || n != 1 {
+			t.Fatalf("pruned %d, %v; want 1", n, err)
+		}
+		if _, err := s.Get(RefB); err != nil {
+			t.Errorf("a recent record was pruned: %v", err)
+		}
+		if n, _ := s.Prune(func(ref string) bool { return ref == RefB }, t0.Add(2*time.Hour)); n != 0 {
+			t.Errorf("a present image's record was pruned")
+		}
+	})
+}

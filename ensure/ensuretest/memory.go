@@ -1,0 +1,176 @@
+package ensuretest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	digest "github.com/opencontainers/go-digest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// MemoryStore is an in-memory ensure.RecordStore for tests of what uses
+// one. It keeps nothing across processes. It is safe for concurrent use.
+type MemoryStore struct {
+	mu      sync.Mutex
+	records map[string]*ensure.Record
+	intents map[string]string
+	next    int
+	// Fail, when set, makes every call fail with it.
+	Fail error
+}
+
+var _ ensure.RecordStore = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty store.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{records: map[string]*ensure.Record{}, intents: map[string]string{}}
+}
+
+func (m *MemoryStore) Get(ref string) (*ensure.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return nil, m.Fail
+	}
+	r, ok := m.records[ref]
+	if !ok {
+		return nil, fmt.Errorf("image %s: %w", ref, ensure.ErrNotFound)
+	}
+	return r.DeepCopy(), nil
+}
+
+// HashAuth hashes with a fixed salt: enough for tests.
+func (m *MemoryStore) HashAuth(a *runtimeapi.AuthConfig) string {
+	if a == nil || (a.Username == "" && a.Password == "" && a.Auth == "" && a.IdentityToken == "" && a.RegistryToken == "") {
+		return ""
+	}
+	h := sha256.New()
+	for _, f := range []string{"memory-salt", a.Username, a.Password, a.Auth, a.IdentityToken, a.RegistryToken} {
+		h.Write([]byte(strconv.Itoa(len(f)) + ":" + f))
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func (m *MemoryStore) AddIntent(image string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return "", m.Fail
+	}
+	m.next++
+	id := fmt.Sprintf("intent-%d", m.next)
+	m.intents[id] = image
+	return id, nil
+}
+
+func (m *MemoryStore) DropIntent(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return m.Fail
+	}
+	delete(m.intents, id)
+	return nil
+}
+
+func (m *MemoryStore) Intents() ([]ensure.Intent, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return nil, m.Fail
+	}
+	var out []ensure.Intent
+	for id, img := range m.intents {
+		out = append(out, ensure.Intent{ID: id, Image: img})
+	}
+	slices.SortFunc(out, func(a, b ensure.Intent) int { return cmpString(a.ID, b.ID) })
+	return out, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time) error {
+	if _, err := digest.Parse(ref); err != nil {
+		return fmt.Errorf("%w: %q", ensure.ErrInvalidImageRef, ref)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return m.Fail
+	}
+	r := m.records[ref]
+	if r == nil {
+		r = &ensure.Record{ImageRef: ref, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
+		m.records[ref] = r
+	}
+	c := r.CredentialMapping[repo]
+	switch {
+	case cred.Node:
+		c.NodePodsAccessible = true
+	case cred.Hash != "":
+		if !slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletconfigv1beta1.ImagePullSecret) bool { return s.CredentialHash == cred.Hash }) && len(c.KubernetesSecrets) < 100 {
+			c.KubernetesSecrets = append(c.KubernetesSecrets, kubeletconfigv1beta1.ImagePullSecret{CredentialHash: cred.Hash})
+		}
+	case cred.ServiceAccount != nil:
+		if !slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount) && len(c.KubernetesServiceAccounts) < 100 {
+			c.KubernetesServiceAccounts = append(c.KubernetesServiceAccounts, *cred.ServiceAccount)
+		}
+	}
+	r.CredentialMapping[repo] = c
+	r.LastUpdatedTime = metav1.NewTime(now)
+	delete(m.intents, intentID)
+	return nil
+}
+
+func (m *MemoryStore) Forget(ref string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return false, m.Fail
+	}
+	_, ok := m.records[ref]
+	delete(m.records, ref)
+	return ok, nil
+}
+
+func (m *MemoryStore) Counts() (int, int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return 0, 0, m.Fail
+	}
+	return len(m.records), len(m.intents), nil
+}
+
+func (m *MemoryStore) Prune(present func(string) bool, until time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return 0, m.Fail
+	}
+	n := 0
+	for ref, r := range m.records {
+		if !present(ref) && r.LastUpdatedTime.Time.Before(until) {
+			delete(m.records, ref)
+			n++
+		}
+	}
+	return n, nil
+}

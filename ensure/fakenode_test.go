@@ -1,0 +1,191 @@
+package ensure_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/distribution/reference"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// fakeNode is containerd and a registry, as far as the guard can tell: a
+// local image store, a registry that checks credentials per repository and
+// counts its requests, and pod sandboxes.
+type fakeNode struct {
+	mu        sync.Mutex
+	local     map[string]*runtimeapi.Image // normalized reference or ID -> image
+	remote    map[string]string            // normalized reference -> image ID the registry serves
+	allowed   map[string]map[string]bool   // repository -> "user:password" allowed ("" is anonymous)
+	requests  int                          // registry requests
+	sandboxes map[string]string            // sandbox ID -> pod UID
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{local: map[string]*runtimeapi.Image{}, remote: map[string]string{}, allowed: map[string]map[string]bool{}, sandboxes: map[string]string{}}
+}
+
+func norm(s string) string {
+	n, err := reference.ParseNormalizedNamed(s)
+	if err != nil {
+		return s
+	}
+	return reference.TagNameOnly(n).String()
+}
+
+// serve makes the registry serve image (name:tag) as id to the credentials.
+func (n *fakeNode) serve(image, id string, creds ...string) {
+	n.remote[norm(image)] = id
+	repo, _ := reference.ParseNormalizedNamed(image)
+	if n.allowed[repo.Name()] == nil {
+		n.allowed[repo.Name()] = map[string]bool{}
+	}
+	for _, c := range creds {
+		n.allowed[repo.Name()][c] = true
+	}
+}
+
+// preload puts image on the node without any pull (baked in the node image).
+func (n *fakeNode) preload(image, id string) { n.store(norm(image), id) }
+
+func (n *fakeNode) store(ref, id string) {
+	img := n.local[id]
+	if img == nil {
+		img = &runtimeapi.Image{Id: id, Size: 1}
+		n.local[id] = img
+	}
+	img.RepoTags = append(img.RepoTags, ref)
+	n.local[ref] = img
+}
+
+func (n *fakeNode) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	name := req.GetImage().GetImage()
+	if img := n.local[name]; img != nil {
+		return &runtimeapi.ImageStatusResponse{Image: img}, nil
+	}
+	if img := n.local[norm(name)]; img != nil {
+		return &runtimeapi.ImageStatusResponse{Image: img}, nil
+	}
+	// As containerd: a name that is no reference it holds may be an ID, in
+	// full or a prefix of one.
+	if len(name) >= 12 {
+		for k, img := range n.local {
+			if strings.HasPrefix(k, "sha256:"+strings.TrimPrefix(name, "sha256:")) {
+				return &runtimeapi.ImageStatusResponse{Image: img}, nil
+			}
+		}
+	}
+	return &runtimeapi.ImageStatusResponse{}, nil
+}
+
+func (n *fakeNode) ListImages(context.Context, *runtimeapi.ListImagesRequest, ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seen := map[string]bool{}
+	resp := &runtimeapi.ListImagesResponse{}
+	for _, img := range n.local {
+		if !seen[img.Id] {
+			seen[img.Id] = true
+			resp.Images = append(resp.Images, img)
+		}
+	}
+	return resp, nil
+}
+
+func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.requests++
+	ref := norm(req.GetImage().GetImage())
+	named, _ := reference.ParseNormalizedNamed(ref)
+	a := req.GetAuth()
+	cred := ""
+	if a != nil {
+		cred = a.GetUsername() + ":" + a.GetPassword()
+	}
+	id, ok := n.remote[ref]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "%s: not found", ref)
+	}
+	if !n.allowed[named.Name()][cred] {
+		return nil, status.Errorf(codes.Unknown, "pulling %s: 401 Unauthorized", ref)
+	}
+	if n.local[ref] == nil {
+		n.store(ref, id)
+	}
+	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
+}
+
+func (n *fakeNode) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	img := n.local[req.GetImage().GetImage()]
+	if img == nil {
+		img = n.local[norm(req.GetImage().GetImage())]
+	}
+	if img != nil {
+		for k, v := range n.local {
+			if v == img {
+				delete(n.local, k)
+			}
+		}
+	}
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+func (n *fakeNode) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	return &runtimeapi.CreateContainerResponse{ContainerId: "ctr-" + req.GetSandboxConfig().GetMetadata().GetUid()}, nil
+}
+
+func (n *fakeNode) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.sandboxes, req.GetPodSandboxId())
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+func (n *fakeNode) PodSandboxStatus(_ context.Context, req *runtimeapi.PodSandboxStatusRequest, _ ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	uid, ok := n.sandboxes[req.GetPodSandboxId()]
+	if !ok {
+		return nil, status.Error(codes.NotFound, "no sandbox")
+	}
+	return &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Id: req.GetPodSandboxId(), Metadata: &runtimeapi.PodSandboxMetadata{Uid: uid}}}, nil
+}
+
+func (n *fakeNode) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest, ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	resp := &runtimeapi.ListPodSandboxResponse{}
+	for id, uid := range n.sandboxes {
+		resp.Items = append(resp.Items, &runtimeapi.PodSandbox{Id: id, Metadata: &runtimeapi.PodSandboxMetadata{Uid: uid}})
+	}
+	return resp, nil
+}
+
+func (n *fakeNode) registryRequests() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.requests
+}
+
+// pod is a pod as the kubelet describes it over CRI.
+type pod struct {
+	uid   string
+	creds []*runtimeapi.AuthConfig // its pull secrets' credentials, in keyring order
+}
+
+func (p pod) sandbox() *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "pod-" + p.uid, Namespace: "ns", Uid: p.uid}}
+}
+
+func cred(userPass string) *runtimeapi.AuthConfig {
+	u, p, _ := strings.Cut(userPass, ":")
+	return &runtimeapi.AuthConfig{Username: u, Password: p}
+}

@@ -1,0 +1,441 @@
+package ensure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+)
+
+// runtimeImages is what the guard asks the runtime itself, around the
+// hooks: the generated client satisfies it.
+type runtimeImages interface {
+	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
+	ListImages(ctx context.Context, in *runtimeapi.ListImagesRequest, opts ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error)
+}
+
+// runtimeSandboxes is the part of the RuntimeService the guard uses.
+type runtimeSandboxes interface {
+	PodSandboxStatus(ctx context.Context, in *runtimeapi.PodSandboxStatusRequest, opts ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error)
+	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
+}
+
+// RecordStore is what the guard needs of the database; *Store is the
+// real one, ensuretest.MemoryStore a fake that passes the same
+// conformance suite.
+type RecordStore interface {
+	// Get returns the record of an image ID, or an error wrapping
+	// ErrNotFound.
+	Get(imageRef string) (*Record, error)
+	// HashAuth returns the salted hash of a request's credential, "" for none.
+	HashAuth(*runtimeapi.AuthConfig) string
+	// AddIntent durably notes a pull about to start and returns its ID.
+	AddIntent(image string) (string, error)
+	// DropIntent removes an intent.
+	DropIntent(id string) error
+	// Intents lists the intents.
+	Intents() ([]Intent, error)
+	// RecordPull adds cred for repo to imageRef's record and drops the
+	// intent, atomically and durably.
+	RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error
+	// Forget deletes a record and reports whether there was one.
+	Forget(imageRef string) (bool, error)
+	// Counts returns the numbers of records and intents.
+	Counts() (records, intents int, err error)
+	// Prune deletes the records of images not present, last updated before until.
+	Prune(present func(imageRef string) bool, until time.Time) (int, error)
+}
+
+var _ RecordStore = (*Store)(nil)
+
+// GuardOptions configure a Guard.
+type GuardOptions struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Clock      clock.PassiveClock
+	// HideTTL is how long a PullImage may follow its ImageStatus to be
+	// answered from the node. Default 2m.
+	HideTTL time.Duration
+	// GracePeriod keeps records of images the runtime no longer lists, and
+	// grants of pods it no longer runs, this long. Default 10m.
+	GracePeriod time.Duration
+}
+
+// Guard is the set of CRI hooks that enforce the policy. It is safe for
+// concurrent use.
+type Guard struct {
+	store     RecordStore
+	policy    *Policy
+	images    runtimeImages
+	sandboxes runtimeSandboxes
+	grants    *grantTable
+	hidden    *hideTable
+	pending   *pendingTable
+	metrics   *metrics
+	log       *slog.Logger
+	clock     clock.PassiveClock
+	grace     time.Duration
+}
+
+var (
+	_ criproxy.ImageStatusHook      = (*Guard)(nil)
+	_ criproxy.PullImageHook        = (*Guard)(nil)
+	_ criproxy.RemoveImageHook      = (*Guard)(nil)
+	_ criproxy.CreateContainerHook  = (*Guard)(nil)
+	_ criproxy.RemovePodSandboxHook = (*Guard)(nil)
+)
+
+// NewGuard returns the hooks for store and policy; images and sandboxes
+// reach the runtime directly.
+func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes runtimeSandboxes, opts GuardOptions) (*Guard, error) {
+	g := &Guard{
+		store: store, policy: policy, images: images, sandboxes: sandboxes,
+		grants: newGrantTable(), pending: newPendingTable(),
+		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod,
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.clock == nil {
+		g.clock = clock.RealClock{}
+	}
+	if g.grace <= 0 {
+		g.grace = 10 * time.Minute
+	}
+	ttl := opts.HideTTL
+	if ttl <= 0 {
+		ttl = 2 * time.Minute
+	}
+	g.hidden = newHideTable(ttl, 10000)
+	var err error
+	g.metrics, err = newMetrics(opts.Registerer, func() (int, int) {
+		r, i, err := store.Counts()
+		if err != nil {
+			return -1, -1
+		}
+		return r, i
+	}, g.grants.size)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// decision is the outcome of a must-verify check.
+type decision struct {
+	verify bool
+	result string // the kubelet's result name
+	rule   string // why, for the decision log and explain
+}
+
+// decide is the kubelet's MustAttemptImagePull without the pod: whether
+// using the present image imageRef as repository repo ("" when unknown)
+// requires the pod to prove a credential.
+//
+// Unlike the kubelet, "pulled by the proxy" is decided per repository when
+// the repository is known: a digest pulled with a secret through repository
+// X does not make a preloaded copy under Y need verification
+// (kubernetes/kubernetes#138175). Knowing a repository requires the runtime
+// to list the image under it; lookups by image ID never know one.
+func (g *Guard) decide(imageRef, repo string) decision {
+	d := g.decideNoMetrics(imageRef, repo)
+	g.metrics.checks.WithLabelValues(d.result).Inc()
+	return d
+}
+
+func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
+	if imageRef == "" {
+		return decision{true, resultMustAuth, "no image ID"}
+	}
+	rec, err := g.store.Get(imageRef)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		g.log.Error("reading the image's record failed; it needs verification", "image", imageRef, "err", err)
+		return decision{true, resultError, "the record cannot be read: " + err.Error()}
+	}
+	var mapping *imagePullCredentials
+	if rec != nil && repo != "" {
+		if c, ok := rec.CredentialMapping[repo]; ok {
+			mapping = &c
+		}
+	}
+	pulled := g.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil))
+	if !g.policy.verificationRequired(repo, pulled) {
+		why := fmt.Sprintf("policy %s does not require verification", g.policy.Name())
+		if g.policy.Name() == NeverVerifyPreloadedImages {
+			why = "preloaded: the proxy never pulled it as " + orUnknown(repo)
+		}
+		return decision{false, resultPolicyAllowed, why}
+	}
+	if rec == nil {
+		return decision{true, resultMustAuth, "no record of a verified pull"}
+	}
+	if repo == "" {
+		for _, c := range rec.CredentialMapping {
+			if !c.NodePodsAccessible {
+				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
+			}
+		}
+		if len(rec.CredentialMapping) == 0 {
+			return decision{true, resultMustAuth, "the record has no repository"}
+		}
+		return decision{false, resultRecordFound, "every repository of the image is accessible to all pods of the node"}
+	}
+	switch {
+	case mapping == nil:
+		return decision{true, resultMustAuth, "no verified pull as " + repo}
+	case mapping.NodePodsAccessible:
+		return decision{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
+	}
+	return decision{true, resultMustAuth, repo + " was pulled with credentials"}
+}
+
+type (
+	imagePullCredentials = kubeletconfigv1beta1.ImagePullCredentials
+	kubeletSecret        = kubeletconfigv1beta1.ImagePullSecret
+)
+
+func orUnknown(repo string) string {
+	if repo == "" {
+		return "(unknown repository)"
+	}
+	return repo
+}
+
+// verified reports whether the credential cred is already verified for
+// imageRef as repo.
+func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) {
+	rec, err := g.store.Get(imageRef)
+	if err != nil {
+		return false, "no readable record"
+	}
+	c, ok := rec.CredentialMapping[repo]
+	if !ok {
+		return false, "no verified pull as " + repo
+	}
+	switch {
+	case cred.Hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == cred.Hash }):
+		return true, "the request's credential was verified for " + repo
+	case cred.ServiceAccount != nil && slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount):
+		return true, "the service account was verified for " + repo
+	case cred.Hash == "" && cred.ServiceAccount == nil && c.NodePodsAccessible:
+		return true, repo + " is accessible to all pods of the node"
+	}
+	return false, "the request's credential was never verified for " + repo
+}
+
+// Repository returns the normalized repository of a reference, and false
+// for what is no name (an image ID).
+func Repository(image string) (string, bool) {
+	if isImageID(image) {
+		return "", false
+	}
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", false
+	}
+	return named.Name(), true
+}
+
+var imageIDPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{64}$`)
+
+func isImageID(s string) bool { return imageIDPattern.MatchString(s) }
+
+// listedAs reports whether the runtime lists img under repository repo:
+// only then did a lookup by name really find it by that name (containerd
+// also resolves a name that is an ID prefix).
+func listedAs(img *runtimeapi.Image, repo string) bool {
+	for _, refs := range [][]string{img.GetRepoTags(), img.GetRepoDigests()} {
+		for _, r := range refs {
+			if named, err := reference.ParseNormalizedNamed(r); err == nil && named.Name() == repo {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ImageStatus answers "not present" for a present image whose repository
+// needs verification; see the package documentation.
+func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next criproxy.ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error) {
+	resp, err := next(ctx, req)
+	if err != nil || resp.GetImage() == nil {
+		return resp, err
+	}
+	name := req.GetImage().GetImage()
+	repo, ok := Repository(name)
+	if !ok || !listedAs(resp.Image, repo) {
+		return resp, nil // a lookup by ID: answered as the runtime answers, CreateContainer decides
+	}
+	d := g.decide(resp.Image.Id, repo)
+	if !d.verify {
+		return resp, nil
+	}
+	g.hidden.add(name, resp.Image.Id, g.clock.Now())
+	g.metrics.hidden.Inc()
+	g.logDecision(ctx, "ImageStatus: hidden", name, resp.Image.Id, "", d.rule)
+	return &runtimeapi.ImageStatusResponse{}, nil
+}
+
+// PullImage answers from the node a pull whose credential is already
+// verified (right after a hide), and otherwise forwards it and records the
+// credential once the registry accepted it.
+func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+	name := req.GetImage().GetImage()
+	repo, ok := Repository(name)
+	if !ok {
+		return next(ctx, req)
+	}
+	cred := Credential{Hash: g.store.HashAuth(req.GetAuth())}
+	pod := req.GetSandboxConfig().GetMetadata()
+
+	if ref, hidden := g.hidden.peek(name, g.clock.Now()); hidden {
+		if ok, why := g.verified(ref, repo, cred); ok {
+			g.hidden.take(name)
+			g.grants.grant(pod.GetUid(), ref, g.clock.Now())
+			g.metrics.reuses.Inc()
+			g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", name, ref, podName(pod), why)
+			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
+		}
+	}
+
+	intent, err := g.store.AddIntent(name)
+	if err != nil {
+		// As the kubelet: no intent, no pull (a crash could not be told apart
+		// from a preloaded image).
+		return nil, fmt.Errorf("ensure: cannot note the pull of %s before it starts: %w", name, err)
+	}
+	g.pending.inc(repo)
+	defer g.pending.dec(repo)
+	resp, err := next(ctx, req)
+	if err != nil {
+		g.metrics.pulls.WithLabelValues("failure").Inc()
+		if derr := g.store.DropIntent(intent); derr != nil {
+			g.log.Warn("dropping a pull intent failed; it will be dropped at start", "image", name, "err", derr)
+		}
+		return nil, err
+	}
+	g.metrics.pulls.WithLabelValues("success").Inc()
+	g.hidden.take(name)
+	if cred.Hash == "" {
+		// Anonymous, or credentials injected from node-wide plugins: every
+		// pod of the node could pull it the same way.
+		cred.Node = true
+	}
+	if err := g.store.RecordPull(resp.GetImageRef(), repo, cred, intent, g.clock.Now()); err != nil {
+		// The intent stays: at the next start the image needs verification.
+		g.metrics.recordErr.Inc()
+		g.log.Error("recording a verified pull failed", "image", name, "imageRef", resp.GetImageRef(), "err", err)
+	}
+	g.grants.grant(pod.GetUid(), resp.GetImageRef(), g.clock.Now())
+	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", name, resp.GetImageRef(), podName(pod), describe(cred))
+	return resp, nil
+}
+
+// CreateContainer refuses a container whose image needs verification for
+// a pod without a grant.
+func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
+	spec := req.GetConfig().GetImage()
+	pod := req.GetSandboxConfig().GetMetadata()
+	ref, repo, err := g.resolve(ctx, spec)
+	if err != nil || ref == "" {
+		return next(ctx, req) // not present, or the runtime cannot say: it will refuse by itself
+	}
+	d := g.decide(ref, repo)
+	shown := spec.GetUserSpecifiedImage()
+	if shown == "" {
+		shown = spec.GetImage()
+	}
+	if !d.verify || g.grants.has(pod.GetUid(), ref) {
+		g.logDecision(ctx, "CreateContainer: allowed", shown, ref, podName(pod), d.rule)
+		return next(ctx, req)
+	}
+	g.metrics.denials.Inc()
+	g.logDecision(ctx, "CreateContainer: denied", shown, ref, podName(pod), d.rule)
+	return nil, fmt.Errorf("image %q (%s) for pod %s: %w: the pod's credentials were not verified for this image (%s); pull it with credentials the registry accepts",
+		shown, ref, podName(pod), errdefs.ErrPermissionDenied, d.rule)
+}
+
+// resolve returns the image ID of spec and the repository it is known
+// under ("" when it cannot be told), asking the runtime itself.
+func (g *Guard) resolve(ctx context.Context, spec *runtimeapi.ImageSpec) (ref, repo string, err error) {
+	resp, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+	if err != nil || resp.GetImage() == nil {
+		return "", "", err
+	}
+	img := resp.Image
+	for _, name := range []string{spec.GetUserSpecifiedImage(), spec.GetImage()} {
+		if r, ok := Repository(name); ok && listedAs(img, r) {
+			return img.Id, r, nil
+		}
+	}
+	return img.Id, "", nil
+}
+
+// RemovePodSandbox drops the pod's grants once the runtime removed it.
+func (g *Guard) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next criproxy.RemovePodSandboxFunc) (*runtimeapi.RemovePodSandboxResponse, error) {
+	uid := ""
+	if st, err := g.sandboxes.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: req.GetPodSandboxId()}); err == nil {
+		uid = st.GetStatus().GetMetadata().GetUid()
+	}
+	resp, err := next(ctx, req)
+	if err == nil && uid != "" {
+		g.grants.dropPod(uid)
+	}
+	return resp, err
+}
+
+// RemoveImage drops the image's record once the runtime removed it.
+func (g *Guard) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next criproxy.RemoveImageFunc) (*runtimeapi.RemoveImageResponse, error) {
+	ref, _, _ := g.resolve(ctx, req.GetImage())
+	resp, err := next(ctx, req)
+	if err != nil || ref == "" {
+		return resp, err
+	}
+	// containerd removes the image with every name it has; if some name
+	// is left (another runtime), the record must stay.
+	if st, serr := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); serr == nil && st.GetImage() == nil {
+		if _, ferr := g.store.Forget(ref); ferr != nil {
+			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", ferr)
+		}
+		g.grants.dropImage(ref)
+	}
+	return resp, nil
+}
+
+func podName(m *runtimeapi.PodSandboxMetadata) string {
+	if m == nil {
+		return "(no pod)"
+	}
+	return fmt.Sprintf("%s/%s (uid %s)", m.GetNamespace(), m.GetName(), m.GetUid())
+}
+
+func describe(c Credential) string {
+	switch {
+	case c.Node:
+		return "anonymous or node credentials: accessible to all pods of the node"
+	case c.ServiceAccount != nil:
+		return "service account " + c.ServiceAccount.Namespace + "/" + c.ServiceAccount.Name
+	}
+	return "a credential of the request (hash " + c.Hash[:min(len(c.Hash), 19)] + "…)"
+}
+
+// logDecision writes the decision log line, at debug level. It never
+// holds a secret: images, pods and rules only.
+func (g *Guard) logDecision(ctx context.Context, what, image, imageRef, pod, rule string) {
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", imageRef, "pod", pod, "rule", rule)
+	}
+}

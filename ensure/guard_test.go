@@ -1,0 +1,424 @@
+package ensure_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
+)
+
+const (
+	private = "registry.test/team-a/app:v1"
+	public  = "registry.test/public/tool:v1"
+	refApp  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	refTool = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+// kubeletResult is how a container start ends, as the kubelet reports it.
+type kubeletResult string
+
+const (
+	running       kubeletResult = "Running"
+	errNeverPull  kubeletResult = "ErrImageNeverPull"
+	errImagePull  kubeletResult = "ErrImagePull"
+	deniedCreate  kubeletResult = "CreateContainerError(PermissionDenied)"
+	unexpectedErr kubeletResult = "unexpected error"
+)
+
+// setup is a guard in front of a fake node.
+type setup struct {
+	node  *fakeNode
+	store ensure.RecordStore
+	guard *ensure.Guard
+	clock *testclock.FakeClock
+}
+
+func newSetup(t *testing.T, policy ensure.PolicyName, allowlist ...string) *setup {
+	t.Helper()
+	p, err := ensure.NewPolicy(policy, allowlist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &setup{node: newFakeNode(), store: ensuretest.NewMemoryStore(), clock: testclock.NewFakeClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))}
+	s.node.serve(private, refApp, "alice:a-pw", "bob:b-pw")
+	s.node.serve(public, refTool, "", "alice:a-pw")
+	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// start runs the kubelet's CRI sequence for one container: ImageStatus
+// unless the pull policy is Always, PullImage with each credential in turn
+// (or none) when needed, then CreateContainer with the image ID.
+func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
+	ctx := context.Background()
+	spec := &runtimeapi.ImageSpec{Image: image}
+	ref := ""
+	if pullPolicy != "Always" {
+		st, err := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}, s.nodeImageStatus)
+		if err != nil {
+			return unexpectedErr
+		}
+		ref = st.GetImage().GetId()
+		if ref == "" && pullPolicy == "Never" {
+			return errNeverPull
+		}
+	}
+	if ref == "" {
+		creds := p.creds
+		if len(creds) == 0 {
+			creds = []*runtimeapi.AuthConfig{nil}
+		}
+		for _, c := range creds {
+			resp, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, Auth: c, SandboxConfig: p.sandbox()}, s.node.PullImage)
+			if err == nil {
+				ref = resp.ImageRef
+				break
+			}
+		}
+		if ref == "" {
+			return errImagePull
+		}
+	}
+	_, err := s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId:  "sandbox-" + p.uid,
+		Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: ref, UserSpecifiedImage: image}},
+		SandboxConfig: p.sandbox(),
+	}, s.node.CreateContainer)
+	switch {
+	case err == nil:
+		return running
+	case status.Code(toStatus(err)) == codes.PermissionDenied:
+		return deniedCreate
+	}
+	return unexpectedErr
+}
+
+func (s *setup) nodeImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	return s.node.ImageStatus(ctx, req)
+}
+
+// toStatus maps as the proxy's edge does.
+var toStatus = criproxy.ToStatus
+
+var (
+	podA      = pod{uid: "a1", creds: []*runtimeapi.AuthConfig{cred("alice:a-pw")}}
+	podA2     = pod{uid: "a2", creds: []*runtimeapi.AuthConfig{cred("alice:a-pw")}}
+	podB      = pod{uid: "b1"}
+	podBWrong = pod{uid: "b2", creds: []*runtimeapi.AuthConfig{cred("bob:wrong")}}
+	podBOwn   = pod{uid: "b3", creds: []*runtimeapi.AuthConfig{cred("bob:b-pw")}}
+	podBTwo   = pod{uid: "b4", creds: []*runtimeapi.AuthConfig{cred("bob:wrong"), cred("alice:a-pw")}}
+)
+
+// TestDecisionTable is the proxy's TestShouldPullImage: policy x how the
+// image came to the node x the pod's credential x pull policy.
+func TestDecisionTable(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		pod        pod
+		image      string
+		pullPolicy string
+		want       kubeletResult
+		requests   int // registry requests this step makes
+	}
+	for _, tc := range []struct {
+		name      string
+		policy    ensure.PolicyName
+		allowlist []string
+		preload   bool // the private image is baked into the node
+		steps     []step
+	}{
+		{
+			name: "default policy: tenant A pulls with its secret; B without one is hidden the image and fails at the registry",
+			steps: []step{
+				{podA, private, "IfNotPresent", running, 1},
+				{podB, private, "IfNotPresent", errImagePull, 1},
+				{podB, private, "Never", errNeverPull, 0},
+			},
+		},
+		{
+			name: "default policy: a pod with A's credential re-uses the image with no registry request",
+			steps: []step{
+				{podA, private, "IfNotPresent", running, 1},
+				{podA2, private, "IfNotPresent", running, 0},
+				{podA2, private, "IfNotPresent", running, 0},
+			},
+		},
+		{
+			name: "default policy: B with wrong credentials fails; B with its own valid credential verifies once, then re-uses",
+			steps: []step{
+				{podA, private, "IfNotPresent", running, 1},
+				{podBWrong, private, "IfNotPresent", errImagePull, 1},
+				{podBOwn, private, "IfNotPresent", running, 1},
+				{pod{uid: "b5", creds: podBOwn.creds}, private, "IfNotPresent", running, 0},
+			},
+		},
+		{
+			name: "default policy: a pod whose first credential is wrong and second verified pulls once with the second",
+			steps: []step{
+				{podA, private, "IfNotPresent", running, 1},
+				{podBTwo, private, "IfNotPresent", running, 1},
+			},
+		},
+		{
+			name: "default policy: Always means a real pull every time, still verified",
+			steps: []step{
+				{podA, private, "Always", running, 1},
+				{podA2, private, "Always", running, 1},
+				{podB, private, "Always", errImagePull, 1},
+			},
+		},
+		{
+			name: "default policy: an anonymously pulled public image is never hidden",
+			steps: []step{
+				{podB, public, "IfNotPresent", running, 1},
+				{podA, public, "IfNotPresent", running, 0},
+				{pod{uid: "c"}, public, "Never", running, 0},
+			},
+		},
+		{
+			name:    "default policy: a preloaded image is free to use, even Never",
+			preload: true,
+			steps: []step{
+				{podB, private, "Never", running, 0},
+				{podB, private, "IfNotPresent", running, 0},
+			},
+		},
+		{
+			name:   "NeverVerify: anyone uses a present image",
+			policy: ensure.NeverVerify,
+			steps: []step{
+				{podA, private, "IfNotPresent", running, 1},
+				{podB, private, "Never", running, 0},
+			},
+		},
+		{
+			name:    "AlwaysVerify: even a preloaded image needs a verified credential",
+			policy:  ensure.AlwaysVerify,
+			preload: true,
+			steps: []step{
+				{podB, private, "Never", errNeverPull, 0},
+				{podB, private, "IfNotPresent", errImagePull, 1},
+				{podA, private, "IfNotPresent", running, 1},
+				{podA2, private, "IfNotPresent", running, 0},
+			},
+		},
+		{
+			name:      "NeverVerifyAllowlistedImages: an allowlisted image is free, another preloaded one is not",
+			policy:    ensure.NeverVerifyAllowlistedImages,
+			allowlist: []string{"registry.test/public/*"},
+			preload:   true,
+			steps: []step{
+				{podB, private, "Never", errNeverPull, 0},
+				{podB, public, "IfNotPresent", running, 0},
+				{pod{uid: "c"}, public, "Never", running, 0},
+				{podA, private, "IfNotPresent", running, 1},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			policy := tc.policy
+			if policy == "" {
+				policy = ensure.NeverVerifyPreloadedImages
+			}
+			s := newSetup(t, policy, tc.allowlist...)
+			if tc.preload {
+				s.node.preload(private, refApp)
+				s.node.preload(public, refTool)
+			}
+			for i, st := range tc.steps {
+				before := s.node.registryRequests()
+				got := s.start(st.pod, st.image, st.pullPolicy)
+				if got != st.want {
+					t.Errorf("step %d (pod %s, %s, %s): %s, want %s", i, st.pod.uid, st.image, st.pullPolicy, got, st.want)
+				}
+				if n := s.node.registryRequests() - before; n != st.requests {
+					t.Errorf("step %d (pod %s): %d registry requests, want %d", i, st.pod.uid, n, st.requests)
+				}
+			}
+		})
+	}
+}
+
+func TestCreateContainer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	create := func(s *setup, p pod, image, userImage string) error {
+		_, err := s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: userImage}},
+			SandboxConfig: p.sandbox(),
+		}, s.node.CreateContainer)
+		return err
+	}
+
+	t.Run("a container started by another route is refused, naming image and pod", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		err := create(s, podB, refApp, private)
+		if status.Code(toStatus(err)) != codes.PermissionDenied || !strings.Contains(err.Error(), private) || !strings.Contains(err.Error(), "uid b1") {
+			t.Errorf("got %v", err)
+		}
+	})
+	t.Run("an image given by ID only is refused when some repository of it is restricted", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		if err := create(s, podB, refApp, ""); status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Errorf("got %v", err)
+		}
+		if err := create(s, podB, refApp[7:19], refApp[7:19]); status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Errorf("an ID prefix as the image: got %v", err)
+		}
+	})
+	t.Run("the pod that pulled the image may create its container", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		if err := create(s, podA, refApp, private); err != nil {
+			t.Errorf("got %v", err)
+		}
+	})
+	t.Run("removing the pod's sandbox drops its grants", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.node.sandboxes["sandbox-a1"] = "a1"
+		s.start(podA, private, "IfNotPresent")
+		if _, err := s.guard.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sandbox-a1"}, s.node.RemovePodSandbox); err != nil {
+			t.Fatal(err)
+		}
+		if err := create(s, podA, refApp, private); status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Errorf("a removed pod's grant still let a container in: %v", err)
+		}
+	})
+	t.Run("when the store fails, verification is required", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.node.preload(private, refApp) // preloaded: normally free
+		s.store.(*ensuretest.MemoryStore).Fail = errors.New("disk on fire")
+		if err := create(s, podB, refApp, private); status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Errorf("got %v", err)
+		}
+		st, _ := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.nodeImageStatus)
+		if st.GetImage() != nil {
+			t.Errorf("ImageStatus showed the image while the store fails")
+		}
+	})
+}
+
+func TestImageStatusByIDIsAnsweredAsTheRuntimeAnswers(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s.start(podA, private, "IfNotPresent")
+	ctx := context.Background()
+	for _, img := range []string{refApp, refApp[7:]} {
+		st, err := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img}}, s.nodeImageStatus)
+		if err != nil || st.GetImage().GetId() != refApp {
+			t.Errorf("ImageStatus(%s) = %v, %v; want the image", img, st, err)
+		}
+	}
+	st, _ := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.nodeImageStatus)
+	if st.GetImage() != nil {
+		t.Errorf("by name the image is not hidden")
+	}
+}
+
+func TestRecordsAndIntents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("a failed pull leaves no intent and no record", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podBWrong, private, "IfNotPresent")
+		if r, i, _ := s.store.Counts(); r != 0 || i != 0 {
+			t.Errorf("%d records, %d intents", r, i)
+		}
+	})
+	t.Run("an intent left by a crash makes the image need verification by everyone", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		// The crash: the runtime finished the pull, the record was not written.
+		s.store.AddIntent(private)
+		s.node.preload(private, refApp)
+		if n, d, err := s.guard.Recover(ctx); n != 1 || d != 0 || err != nil {
+			t.Fatalf("Recover = %d, %d, %v", n, d, err)
+		}
+		if got := s.start(podA, private, "Never"); got != errNeverPull {
+			t.Errorf("after a crash mid-pull a Never pod got %s", got)
+		}
+		if got := s.start(podA, private, "IfNotPresent"); got != running {
+			t.Errorf("with a verified credential: %s", got)
+		}
+		if _, i, _ := s.store.Counts(); i != 0 {
+			t.Errorf("%d intents left", i)
+		}
+	})
+	t.Run("an intent for an image that never arrived is dropped", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.store.AddIntent("registry.test/never/arrived:v1")
+		if n, d, _ := s.guard.Recover(ctx); n != 0 || d != 1 {
+			t.Errorf("Recover = %d converted, %d dropped", n, d)
+		}
+	})
+	t.Run("RemoveImage drops the record", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		if _, err := s.guard.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.node.RemoveImage); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.store.Get(refApp); !errors.Is(err, ensure.ErrNotFound) {
+			t.Errorf("record still there: %v", err)
+		}
+	})
+	t.Run("GC drops records of images gone, after the grace period", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		s.node.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: private}}) // behind the proxy's back
+		if r, _, _ := s.guard.GC(ctx); r != 0 {
+			t.Errorf("GC dropped a record within the grace period")
+		}
+		s.clock.Step(11 * time.Minute)
+		if r, _, _ := s.guard.GC(ctx); r != 1 {
+			t.Errorf("GC dropped %d records, want 1", r)
+		}
+	})
+}
+
+func TestPolicyValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		policy    ensure.PolicyName
+		allowlist []string
+		want      string
+	}{
+		{"an unknown policy is refused", "Sometimes", nil, "Unsupported value"},
+		{"an allowlist without its policy is refused", ensure.AlwaysVerify, []string{"registry.test/app"}, "only with policy NeverVerifyAllowlistedImages"},
+		{"an empty pattern is refused", ensure.NeverVerifyAllowlistedImages, []string{""}, "empty"},
+		{"spaces are refused", ensure.NeverVerifyAllowlistedImages, []string{" registry.test/app"}, "spaces"},
+		{"a wildcard other than a trailing /* is refused", ensure.NeverVerifyAllowlistedImages, []string{"registry.test/*/app"}, "only a trailing /*"},
+		{"a lone /* is refused", ensure.NeverVerifyAllowlistedImages, []string{"/*"}, "registry hostname is required"},
+		{"a tag is refused", ensure.NeverVerifyAllowlistedImages, []string{"registry.test/app:v1"}, "normalized repository"},
+		{"a short name is refused", ensure.NeverVerifyAllowlistedImages, []string{"nginx"}, "docker.io/library/nginx"},
+		{"valid patterns pass", ensure.NeverVerifyAllowlistedImages, []string{"docker.io/library/nginx", "registry.test/team/*"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ensure.NewPolicy(tc.policy, tc.allowlist)
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("got %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,82 @@
+package ensure
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// dbVersion is the version of the database layout this build writes. Bump
+// it, and add a migration and its test, with every change to the tree in
+// doc.go.
+const dbVersion = 1
+
+// migration brings a database from version-1 to version.
+type migration struct {
+	version int
+	migrate func(*bolt.Tx) error
+}
+
+// migrations, in order. A migration test MUST be added for each (see
+// TestMigrations).
+var migrations = []migration{}
+
+// errNewerDatabase is returned for a file written by a newer build: it is
+// left untouched rather than misread.
+var errNewerDatabase = errors.New("the database was written by a newer cri-image-proxy")
+
+// initialize creates the buckets of a new file, or brings an older one to
+// dbVersion with the migrations; all in tx, so that a failure changes
+// nothing.
+func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) error {
+	meta, err := createBucket(tx, bucketSchema, bucketMeta)
+	if err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketRecords, bucketIntents} {
+		if _, err := createBucket(tx, bucketSchema, b); err != nil {
+			return err
+		}
+	}
+	if meta.Get(keySalt) == nil {
+		salt, err := newSalt()
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(keySalt, salt); err != nil {
+			return err
+		}
+	}
+	// The version is written with the buckets, in one transaction: a file
+	// without it is new.
+	version := latest(migs)
+	if v := meta.Get(keyVersion); v != nil {
+		n, k := binary.Uvarint(v)
+		if k <= 0 {
+			return fmt.Errorf("meta/version is not a number")
+		}
+		version = int(n)
+	}
+	if version > latest(migs) {
+		return fmt.Errorf("%w (version %d; this build knows up to %d)", errNewerDatabase, version, latest(migs))
+	}
+	for _, m := range migs {
+		if m.version > version {
+			if err := m.migrate(tx); err != nil {
+				return fmt.Errorf("migration to version %d: %w", m.version, err)
+			}
+			version = m.version
+		}
+	}
+	return meta.Put(keyVersion, binary.AppendUvarint(nil, uint64(version)))
+}
+
+// latest is the version the migrations lead to.
+func latest(migs []migration) int {
+	if len(migs) == 0 {
+		return dbVersion
+	}
+	return migs[len(migs)-1].version
+}

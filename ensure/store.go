@@ -1,0 +1,421 @@
+package ensure
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	digest "github.com/opencontainers/go-digest"
+	bolt "go.etcd.io/bbolt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	kjson "sigs.k8s.io/json"
+)
+
+// Record is what the proxy knows of one pulled image: the kubelet's own
+// record type.
+type Record = kubeletconfigv1beta1.ImagePulledRecord
+
+// Intent is a pull in flight, by its ID.
+type Intent struct {
+	ID    string
+	Image string
+}
+
+// ServiceAccount is a service account's coordinates (KEP-4412).
+type ServiceAccount = kubeletconfigv1beta1.ImagePullServiceAccount
+
+// Credential is who pulled an image: the salted hash of the request's
+// auth, a service account, or the node itself (an anonymous pull, or
+// node-wide plugin credentials), which makes the repository of the image
+// accessible to every pod on the node.
+type Credential struct {
+	Hash           string
+	ServiceAccount *ServiceAccount
+	Node           bool
+}
+
+// Limits of a record, as the kubelet's writeRecordWhileMatchingLimit: a
+// record does not grow without bound. Past the limit a new credential is
+// still allowed its pull, it is just not remembered (it verifies again).
+const maxCredentialsPerRepository = 100
+
+var (
+	// ErrNotFound is returned for an image ID without a record.
+	ErrNotFound = errors.New("no record")
+	// ErrInvalidImageRef is returned for an image ID that is not a digest.
+	ErrInvalidImageRef = errors.New("image ID is not a digest")
+)
+
+// Options configure Open.
+type Options struct {
+	// OpenTimeout bounds the wait for another process's lock on the file.
+	// Default 2s.
+	OpenTimeout time.Duration
+	// ReadOnly opens the file without writing (for tools).
+	ReadOnly bool
+}
+
+// Store is the bbolt database of records and intents. It is safe for
+// concurrent use.
+type Store struct {
+	db   *bolt.DB
+	salt []byte
+	path string
+}
+
+// Open opens or creates the database at path (mode 0600, its directory
+// 0700), migrating an older layout.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = 2 * time.Second
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("ensure database %s: %w", path, err)
+		}
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		// Without a timeout bolt.Open blocks forever on the flock of
+		// another process holding the file.
+		Timeout:        opts.OpenTimeout,
+		ReadOnly:       opts.ReadOnly,
+		NoFreelistSync: true,
+	})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("ensure database %s: locked by another process (is cri-image-proxy running? use its admin socket)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ensure database %s: %w", path, err)
+	}
+	s := &Store{db: db, path: path}
+	if !opts.ReadOnly {
+		err = db.Update(func(tx *bolt.Tx) error { return initialize(tx, migrations, newSalt) })
+	}
+	if err == nil {
+		err = db.View(func(tx *bolt.Tx) error {
+			meta := metaBucket(tx)
+			if meta == nil || len(meta.Get(keySalt)) != saltLen {
+				return errors.New("not an ensure database (no meta bucket or salt)")
+			}
+			s.salt = bytes.Clone(meta.Get(keySalt))
+			return nil
+		})
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ensure database %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func newSalt() ([]byte, error) {
+	b := make([]byte, saltLen)
+	_, err := rand.Read(b)
+	return b, err
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path returns the file's path.
+func (s *Store) Path() string { return s.path }
+
+// validImageRef checks that ref is a digest, as CRI image IDs are.
+func validImageRef(ref string) error {
+	if _, err := digest.Parse(ref); err != nil {
+		return fmt.Errorf("%w: %q: %v", ErrInvalidImageRef, ref, err)
+	}
+	return nil
+}
+
+// decodeRecord decodes a record strictly and checks it belongs to key, as
+// the kubelet does: a record under the wrong key is no record.
+func decodeRecord(key, data []byte) (*Record, error) {
+	r := &Record{}
+	strict, err := kjson.UnmarshalStrict(data, r)
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", key, err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("record %s: %w", key, errors.Join(strict...))
+	}
+	if r.ImageRef != string(key) {
+		return nil, fmt.Errorf("record %s: holds image %q", key, r.ImageRef)
+	}
+	return r, nil
+}
+
+func encodeRecord(r *Record) ([]byte, error) {
+	r.APIVersion, r.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "ImagePulledRecord"
+	return json.Marshal(r)
+}
+
+// Get returns the record of an image ID, or ErrNotFound.
+func (s *Store) Get(imageRef string) (*Record, error) {
+	var r *Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := recordsBucket(tx).Get([]byte(imageRef))
+		if v == nil {
+			return fmt.Errorf("image %s: %w", imageRef, ErrNotFound)
+		}
+		var err error
+		r, err = decodeRecord([]byte(imageRef), v)
+		return err
+	})
+	return r, err
+}
+
+// HashAuth returns the salted hash of a request's credential in this
+// database, "" for a request without one.
+func (s *Store) HashAuth(a *runtimeapi.AuthConfig) string { return hashAuth(s.salt, a) }
+
+// AddIntent durably notes that image is about to be pulled.
+func (s *Store) AddIntent(image string) (string, error) {
+	id := make([]byte, 12)
+	if _, err := rand.Read(id); err != nil {
+		return "", err
+	}
+	key := time.Now().UTC().Format("20060102T150405.000000000Z") + "-" + hex.EncodeToString(id)
+	data, err := json.Marshal(&kubeletconfigv1beta1.ImagePullIntent{
+		TypeMeta: metav1.TypeMeta{APIVersion: kubeletconfigv1beta1.SchemeGroupVersion.String(), Kind: "ImagePullIntent"},
+		Image:    image,
+	})
+	if err != nil {
+		return "", err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error { return intentsBucket(tx).Put([]byte(key), data) })
+	if err != nil {
+		return "", fmt.Errorf("write pull intent for %s: %w", image, err)
+	}
+	return key, nil
+}
+
+// DropIntent removes an intent (the pull failed).
+func (s *Store) DropIntent(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return intentsBucket(tx).Delete([]byte(id)) })
+}
+
+// Intents returns the intents on disk.
+func (s *Store) Intents() ([]Intent, error) {
+	var out []Intent
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return intentsBucket(tx).ForEach(func(k, v []byte) error {
+			var in kubeletconfigv1beta1.ImagePullIntent
+			if _, err := kjson.UnmarshalStrict(v, &in); err != nil {
+				// An undecodable intent still stands for a pull: keep it visible.
+				out = append(out, Intent{ID: string(k)})
+				return nil
+			}
+			out = append(out, Intent{ID: string(k), Image: in.Image})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// RecordPull adds cred to the record of imageRef for repo and drops the
+// intent intentID (if any), in one committed transaction.
+func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error {
+	if err := validImageRef(imageRef); err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		rb := recordsBucket(tx)
+		r := &Record{ImageRef: imageRef}
+		if v := rb.Get([]byte(imageRef)); v != nil {
+			old, err := decodeRecord([]byte(imageRef), v)
+			if err == nil {
+				r = old
+			}
+			// An undecodable record is replaced: the new one is safe, and it
+			// forgets only credentials that could not be read anyway.
+		}
+		addCredential(r, repo, cred)
+		r.LastUpdatedTime = metav1.NewTime(now)
+		data, err := encodeRecord(r)
+		if err != nil {
+			return err
+		}
+		if err := rb.Put([]byte(imageRef), data); err != nil {
+			return err
+		}
+		if intentID != "" {
+			return intentsBucket(tx).Delete([]byte(intentID))
+		}
+		return nil
+	})
+}
+
+// addCredential merges cred into r's mapping for repo. A zero Credential
+// still creates the mapping: the image was pulled for repo, by someone
+// unknown, and every pod must verify.
+func addCredential(r *Record, repo string, cred Credential) {
+	if r.CredentialMapping == nil {
+		r.CredentialMapping = map[string]kubeletconfigv1beta1.ImagePullCredentials{}
+	}
+	c := r.CredentialMapping[repo]
+	switch {
+	case cred.Node:
+		c.NodePodsAccessible = true
+	case cred.Hash != "":
+		if !slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletconfigv1beta1.ImagePullSecret) bool { return s.CredentialHash == cred.Hash }) &&
+			len(c.KubernetesSecrets) < maxCredentialsPerRepository {
+			c.KubernetesSecrets = append(c.KubernetesSecrets, kubeletconfigv1beta1.ImagePullSecret{CredentialHash: cred.Hash})
+		}
+	case cred.ServiceAccount != nil:
+		if !slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount) &&
+			len(c.KubernetesServiceAccounts) < maxCredentialsPerRepository {
+			c.KubernetesServiceAccounts = append(c.KubernetesServiceAccounts, *cred.ServiceAccount)
+		}
+	}
+	r.CredentialMapping[repo] = c
+}
+
+// Forget deletes the record of imageRef; it reports whether there was one.
+func (s *Store) Forget(imageRef string) (bool, error) {
+	found := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		rb := recordsBucket(tx)
+		found = rb.Get([]byte(imageRef)) != nil
+		return rb.Delete([]byte(imageRef))
+	})
+	return found, err
+}
+
+// update rewrites every record f changes (f returns true), in one
+// transaction, and returns how many changed.
+func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		rb := recordsBucket(tx)
+		type change struct{ k, v []byte }
+		var changes []change
+		err := rb.ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(k, v)
+			if err != nil || !f(r) {
+				return nil
+			}
+			r.LastUpdatedTime = metav1.NewTime(now)
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			changes = append(changes, change{bytes.Clone(k), data})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range changes {
+			if err := rb.Put(c.k, c.v); err != nil {
+				return err
+			}
+		}
+		n = len(changes)
+		return nil
+	})
+	return n, err
+}
+
+// RevokeImage removes every credential of imageRef's record but keeps the
+// record: every pod must verify again. It reports whether there was one.
+func (s *Store) RevokeImage(imageRef string, now time.Time) (bool, error) {
+	n, err := s.update(now, func(r *Record) bool {
+		if r.ImageRef != imageRef {
+			return false
+		}
+		for repo := range r.CredentialMapping {
+			r.CredentialMapping[repo] = kubeletconfigv1beta1.ImagePullCredentials{}
+		}
+		return true
+	})
+	return n > 0, err
+}
+
+// RevokeServiceAccount removes the service account namespace/name from
+// every record and returns how many records changed.
+func (s *Store) RevokeServiceAccount(namespace, name string, now time.Time) (int, error) {
+	return s.update(now, func(r *Record) bool {
+		changed := false
+		for repo, c := range r.CredentialMapping {
+			kept := slices.DeleteFunc(slices.Clone(c.KubernetesServiceAccounts), func(sa ServiceAccount) bool {
+				return sa.Namespace == namespace && sa.Name == name
+			})
+			if len(kept) != len(c.KubernetesServiceAccounts) {
+				c.KubernetesServiceAccounts = kept
+				r.CredentialMapping[repo] = c
+				changed = true
+			}
+		}
+		return changed
+	})
+}
+
+// List returns every record that decodes, and the keys of those that do not.
+func (s *Store) List() ([]*Record, []string, error) {
+	var out []*Record
+	var bad []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return recordsBucket(tx).ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(k, v)
+			if err != nil {
+				bad = append(bad, string(k))
+				return nil
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, bad, err
+}
+
+// Counts returns the number of records and intents on disk.
+func (s *Store) Counts() (records, intents int, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		records = recordsBucket(tx).Stats().KeyN
+		intents = intentsBucket(tx).Stats().KeyN
+		return nil
+	})
+	return records, intents, err
+}
+
+// Prune deletes the records of images for which present returns false and
+// that were last updated before until; it returns how many it deleted.
+func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		rb := recordsBucket(tx)
+		var doomed [][]byte
+		err := rb.ForEach(func(k, v []byte) error {
+			if present(string(k)) {
+				return nil
+			}
+			r, err := decodeRecord(k, v)
+			if err == nil && !r.LastUpdatedTime.Time.Before(until) {
+				return nil // too recent: the image may be on its way in
+			}
+			doomed = append(doomed, bytes.Clone(k))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range doomed {
+			if err := rb.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(doomed)
+		return nil
+	})
+	return n, err
+}
