@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
@@ -28,6 +29,12 @@ const (
 	DefaultRuntimeEndpoint   = "unix:///run/containerd/containerd.sock"
 	DefaultMonitoringAddress = "127.0.0.1:9741"
 	DefaultShutdownTimeout   = 30 * time.Second
+
+	DefaultEnsureDatabase    = "/var/lib/cri-image-proxy/ensure.db"
+	DefaultEnsurePolicy      = "NeverVerifyPreloadedImages"
+	DefaultEnsureGCInterval  = 5 * time.Minute
+	DefaultEnsureGracePeriod = 10 * time.Minute
+	DefaultAdminSocket       = "/run/cri-image-proxy/admin.sock"
 
 	DefaultPluginExecTimeout        = time.Minute
 	DefaultPluginCacheSize          = 4096
@@ -61,6 +68,36 @@ type ProxyConfiguration struct {
 	// credentials from the kubelet's credential provider exec plugins
 	// (KEP-2133). Absent: pulls are forwarded as they come.
 	CredentialProviders *CredentialProviders `json:"credentialProviders,omitempty"`
+	// EnsureSecretPulledImages enforces KEP-2535 at the CRI layer: an image
+	// pulled with credentials is handed only to pods whose credentials were
+	// verified for it.
+	EnsureSecretPulledImages EnsureSecretPulledImages `json:"ensureSecretPulledImages"`
+}
+
+// EnsureSecretPulledImages configures KEP-2535 enforcement.
+type EnsureSecretPulledImages struct {
+	// Enabled turns enforcement on. Default: false.
+	Enabled bool `json:"enabled"`
+	// DatabasePath is the bbolt file of records (mode 0600). Default:
+	// /var/lib/cri-image-proxy/ensure.db.
+	DatabasePath string `json:"databasePath,omitempty"`
+	// ImagePullCredentialsVerificationPolicy is the kubelet's setting of the
+	// same name: NeverVerify, NeverVerifyPreloadedImages (default),
+	// NeverVerifyAllowlistedImages or AlwaysVerify.
+	ImagePullCredentialsVerificationPolicy string `json:"imagePullCredentialsVerificationPolicy,omitempty"`
+	// PreloadedImagesVerificationAllowlist is the kubelet's setting of the
+	// same name, for NeverVerifyAllowlistedImages: normalized repositories,
+	// or prefixes ending in "/*".
+	PreloadedImagesVerificationAllowlist []string `json:"preloadedImagesVerificationAllowlist,omitempty"`
+	// GCInterval is how often records of images the runtime no longer
+	// lists, and grants of pods it no longer runs, are dropped. Default: 5m.
+	GCInterval metav1.Duration `json:"gcInterval,omitempty"`
+	// GracePeriod keeps such records and grants this long after their last
+	// update. Default: 10m.
+	GracePeriod metav1.Duration `json:"gracePeriod,omitempty"`
+	// AdminSocket serves the records API for cri-image-proxy records
+	// (mode 0600: root only). Default: /run/cri-image-proxy/admin.sock.
+	AdminSocket string `json:"adminSocket,omitempty"`
 }
 
 // CredentialProviders configures credential injection.
@@ -135,6 +172,22 @@ func (c *ProxyConfiguration) SetDefaults() {
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
+	}
+	e := &c.EnsureSecretPulledImages
+	if e.DatabasePath == "" {
+		e.DatabasePath = DefaultEnsureDatabase
+	}
+	if e.ImagePullCredentialsVerificationPolicy == "" {
+		e.ImagePullCredentialsVerificationPolicy = DefaultEnsurePolicy
+	}
+	if e.GCInterval.Duration == 0 {
+		e.GCInterval.Duration = DefaultEnsureGCInterval
+	}
+	if e.GracePeriod.Duration == 0 {
+		e.GracePeriod.Duration = DefaultEnsureGracePeriod
+	}
+	if e.AdminSocket == "" {
+		e.AdminSocket = DefaultAdminSocket
 	}
 	if cp := c.CredentialProviders; cp != nil {
 		if cp.ExecTimeout.Duration == 0 {
@@ -236,7 +289,25 @@ func (c *ProxyConfiguration) Validate() error {
 			errs = append(errs, field.Invalid(p.Child("cachePurgeInterval"), cp.CachePurgeInterval.Duration.String(), "must not be negative"))
 		}
 	}
+	errs = append(errs, validateEnsure(field.NewPath("ensureSecretPulledImages"), &c.EnsureSecretPulledImages)...)
 	return errs.ToAggregate()
+}
+
+func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct{ name, path string }{{"databasePath", e.DatabasePath}, {"adminSocket", e.AdminSocket}} {
+		if !filepath.IsAbs(f.path) {
+			errs = append(errs, field.Invalid(p.Child(f.name), f.path, "must be an absolute path"))
+		}
+	}
+	errs = append(errs, ensure.ValidatePolicy(p, ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)...)
+	if e.GCInterval.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("gcInterval"), e.GCInterval.Duration.String(), "must not be negative"))
+	}
+	if e.GracePeriod.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("gracePeriod"), e.GracePeriod.Duration.String(), "must not be negative"))
+	}
+	return errs
 }
 
 // validateEndpoint checks a unix:///path endpoint; only the runtime

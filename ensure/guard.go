@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -88,6 +89,12 @@ type Guard struct {
 	log       *slog.Logger
 	clock     clock.PassiveClock
 	grace     time.Duration
+
+	// leftover are the intents found at start: pulls a crash interrupted.
+	// Until Recover settles them, their repositories count as pulls in
+	// flight, so their images are not taken for preloaded ones.
+	leftoverMu sync.Mutex
+	leftover   []Intent
 }
 
 var (
@@ -120,7 +127,16 @@ func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes
 		ttl = 2 * time.Minute
 	}
 	g.hidden = newHideTable(ttl, 10000)
-	var err error
+	leftover, err := store.Intents()
+	if err != nil {
+		return nil, fmt.Errorf("reading pull intents: %w", err)
+	}
+	for _, in := range leftover {
+		if repo, ok := Repository(in.Image); ok {
+			g.pending.inc(repo)
+		}
+	}
+	g.leftover = leftover
 	g.metrics, err = newMetrics(opts.Registerer, func() (int, int) {
 		r, i, err := store.Counts()
 		if err != nil {

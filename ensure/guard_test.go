@@ -45,17 +45,24 @@ type setup struct {
 
 func newSetup(t *testing.T, policy ensure.PolicyName, allowlist ...string) *setup {
 	t.Helper()
+	s := &setup{node: newFakeNode(), store: ensuretest.NewMemoryStore(), clock: testclock.NewFakeClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))}
+	s.node.serve(private, refApp, "alice:a-pw", "bob:b-pw")
+	s.node.serve(public, refTool, "", "alice:a-pw")
+	s.restart(t, policy, allowlist...)
+	return s
+}
+
+// restart makes a new guard on the same store and node, as a restart of
+// the daemon does (in-memory grants and hides are lost).
+func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...string) {
+	t.Helper()
 	p, err := ensure.NewPolicy(policy, allowlist)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &setup{node: newFakeNode(), store: ensuretest.NewMemoryStore(), clock: testclock.NewFakeClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))}
-	s.node.serve(private, refApp, "alice:a-pw", "bob:b-pw")
-	s.node.serve(public, refTool, "", "alice:a-pw")
 	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock}); err != nil {
 		t.Fatal(err)
 	}
-	return s
 }
 
 // start runs the kubelet's CRI sequence for one container: ImageStatus
@@ -346,6 +353,10 @@ func TestRecordsAndIntents(t *testing.T) {
 		// The crash: the runtime finished the pull, the record was not written.
 		s.store.AddIntent(private)
 		s.node.preload(private, refApp)
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		if got := s.start(podB, private, "Never"); got != errNeverPull {
+			t.Errorf("before the intents are settled a Never pod got %s", got)
+		}
 		if n, d, err := s.guard.Recover(ctx); n != 1 || d != 0 || err != nil {
 			t.Fatalf("Recover = %d, %d, %v", n, d, err)
 		}
@@ -362,8 +373,24 @@ func TestRecordsAndIntents(t *testing.T) {
 	t.Run("an intent for an image that never arrived is dropped", func(t *testing.T) {
 		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
 		s.store.AddIntent("registry.test/never/arrived:v1")
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
 		if n, d, _ := s.guard.Recover(ctx); n != 0 || d != 1 {
 			t.Errorf("Recover = %d converted, %d dropped", n, d)
+		}
+	})
+	t.Run("records survive a restart; grants do not, which costs a pull from the node, not the registry", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		before := s.node.registryRequests()
+		if got := s.start(podA2, private, "IfNotPresent"); got != running {
+			t.Errorf("after a restart: %s", got)
+		}
+		if got := s.start(podB, private, "Never"); got != errNeverPull {
+			t.Errorf("after a restart B got %s", got)
+		}
+		if n := s.node.registryRequests() - before; n != 0 {
+			t.Errorf("%d registry requests", n)
 		}
 	})
 	t.Run("RemoveImage drops the record", func(t *testing.T) {

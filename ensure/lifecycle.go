@@ -9,18 +9,21 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Recover settles the intents a crash left behind, as the kubelet does at
-// start: an intent whose image is present becomes a record with no
-// credential for its repository (every pod must verify), any other intent
-// is dropped. Call it before serving.
+// Recover settles the intents a crash left behind (those found when the
+// guard was made), as the kubelet does at start: an intent whose image is
+// present becomes a record with no credential for its repository (every
+// pod must verify), any other intent is dropped. Until it succeeds, their
+// repositories count as pulls in flight. Call it before serving, and again
+// if it fails.
 func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error) {
-	intents, err := g.store.Intents()
-	if err != nil || len(intents) == 0 {
-		return 0, 0, err
+	g.leftoverMu.Lock()
+	defer g.leftoverMu.Unlock()
+	if len(g.leftover) == 0 {
+		return 0, 0, nil
 	}
 	list, err := g.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
-		return 0, 0, fmt.Errorf("settling %d pull intents: list images: %w", len(intents), err)
+		return 0, 0, fmt.Errorf("settling %d pull intents: list images: %w", len(g.leftover), err)
 	}
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range list.GetImages() {
@@ -32,7 +35,8 @@ func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error)
 			}
 		}
 	}
-	for _, in := range intents {
+	for len(g.leftover) > 0 {
+		in := g.leftover[0]
 		n, ok := normalizedRef(in.Image)
 		ref := byName[n]
 		repo, _ := Repository(in.Image)
@@ -41,13 +45,17 @@ func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error)
 				return converted, dropped, err
 			}
 			dropped++
-			continue
+		} else {
+			if err := g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now()); err != nil {
+				return converted, dropped, err
+			}
+			g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
+			converted++
 		}
-		if err := g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now()); err != nil {
-			return converted, dropped, err
+		if repo != "" {
+			g.pending.dec(repo)
 		}
-		g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
-		converted++
+		g.leftover = g.leftover[1:]
 	}
 	return converted, dropped, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -13,9 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
@@ -35,6 +38,10 @@ type serveFlags struct {
 	logFormat         string
 	providerConfig    string
 	providerBinDir    string
+	ensure            bool
+	ensurePolicy      string
+	ensureDatabase    string
+	adminSocket       string
 }
 
 func newServeCmd() *cobra.Command {
@@ -65,6 +72,10 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.logFormat, "log-format", d.Logging.Format, "text or json")
 	fl.StringVar(&f.providerConfig, "image-credential-provider-config", "", "the kubelet's CredentialProviderConfig (file or directory): inject its plugins' credentials into pulls without any")
 	fl.StringVar(&f.providerBinDir, "image-credential-provider-bin-dir", "", "the directory of the credential provider plugin executables")
+	fl.BoolVar(&f.ensure, "ensure-secret-pulled-images", false, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
+	fl.StringVar(&f.ensurePolicy, "image-pull-credentials-verification-policy", d.EnsureSecretPulledImages.ImagePullCredentialsVerificationPolicy, "NeverVerify, NeverVerifyPreloadedImages, NeverVerifyAllowlistedImages or AlwaysVerify")
+	fl.StringVar(&f.ensureDatabase, "ensure-database", d.EnsureSecretPulledImages.DatabasePath, "the records database (bbolt)")
+	fl.StringVar(&f.adminSocket, "admin-socket", d.EnsureSecretPulledImages.AdminSocket, "the records admin socket (root only)")
 	return cmd
 }
 
@@ -121,6 +132,19 @@ func loadServeConfig(cmd *cobra.Command, f *serveFlags) (*config.ProxyConfigurat
 		}
 		cfg.SetDefaults()
 	}
+	e := &cfg.EnsureSecretPulledImages
+	if set("ensure-secret-pulled-images") {
+		e.Enabled = f.ensure
+	}
+	if set("image-pull-credentials-verification-policy") {
+		e.ImagePullCredentialsVerificationPolicy = f.ensurePolicy
+	}
+	if set("ensure-database") {
+		e.DatabasePath = f.ensureDatabase
+	}
+	if set("admin-socket") {
+		e.AdminSocket = f.adminSocket
+	}
 	if err := cfg.Validate(); err != nil {
 		if f.config != "" {
 			return nil, fmt.Errorf("config %s with flags: %w", f.config, err)
@@ -164,6 +188,24 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
 		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
 	}
+	var admin *http.Server
+	var adminListener net.Listener
+	if e := cfg.EnsureSecretPulledImages; e.Enabled {
+		guard, store, err := newGuard(ctx, e, backend, log, reg)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		hooks = append([]any{guard}, hooks...) // outermost: it sees what the injector did
+		background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
+		l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
+		if err != nil {
+			return fmt.Errorf("admin socket: %w", err)
+		}
+		adminListener = l
+		admin = &http.Server{Handler: ensure.NewAdminHandler(&ensure.LocalAdmin{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
+		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket)
+	}
 	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Hooks: hooks})
 	if err != nil {
 		return err
@@ -201,6 +243,14 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	if mon != nil {
 		g.Go(func() error { return mon.Serve(monListener) })
 	}
+	if admin != nil {
+		g.Go(func() error {
+			if err := admin.Serve(adminListener); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("admin socket: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		if ctx.Err() != nil {
@@ -212,6 +262,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		sock.Close() // the gRPC server closed the listener; this releases the instance lock
 		if mon != nil {
 			_ = mon.Shutdown(sctx)
+		}
+		if admin != nil {
+			_ = admin.Shutdown(sctx)
 		}
 		return nil
 	})
@@ -236,4 +289,46 @@ func newInjector(cp *config.CredentialProviders, log *slog.Logger, reg prometheu
 		Logger:      log,
 		Registerer:  reg,
 	})
+}
+
+// newGuard opens the records database and builds the ensure hooks, after
+// settling the pull intents a crash left (retried in the background while
+// the runtime does not answer; their images need verification meanwhile).
+func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, log *slog.Logger, reg prometheus.Registerer) (*ensure.Guard, *ensure.Store, error) {
+	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := ensure.Open(e.DatabasePath, ensure.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	guard, err := ensure.NewGuard(store, policy,
+		runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime),
+		ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration})
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	settle := func() error {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, d, err := guard.Recover(rctx)
+		if n+d > 0 {
+			log.Info("settled the pull intents of an interrupted run", "toRecords", n, "dropped", d)
+		}
+		return err
+	}
+	if err := settle(); err != nil {
+		log.Warn("settling pull intents failed; retrying, their images need verification meanwhile", "err", err)
+		go func() {
+			for ctx.Err() == nil {
+				time.Sleep(5 * time.Second)
+				if settle() == nil {
+					return
+				}
+			}
+		}()
+	}
+	return guard, store, nil
 }

@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+)
+
+// ensureProxy is a proxy with KEP-2535 enforcement, its database and
+// admin socket in the rig's directory.
+type ensureProxy struct {
+	ep, sock, db, admin string
+	proc                *rig.Proc
+	args                []string
+}
+
+func startEnsureProxy(t *testing.T, name string, extra ...string) *ensureProxy {
+	t.Helper()
+	dir := filepath.Join(testRig.Dir, "ensure-"+name)
+	p := &ensureProxy{sock: filepath.Join(testRig.Dir, name+".sock"), db: filepath.Join(dir, "ensure.db"), admin: filepath.Join(dir, "admin.sock")}
+	p.ep = "unix://" + p.sock
+	p.args = append([]string{"--ensure-secret-pulled-images", "--ensure-database", p.db, "--admin-socket", p.admin}, extra...)
+	p.start(t)
+	t.Cleanup(func() { p.proc.Stop(10 * time.Second) })
+	return p
+}
+
+func (p *ensureProxy) start(t *testing.T) {
+	t.Helper()
+	var err error
+	if p.proc, err = testRig.StartProxy(proxyBin, p.sock, p.args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records runs cri-image-proxy records against this proxy.
+func (p *ensureProxy) records(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(proxyBin, append(append([]string{"records"}, args...),
+		"--admin-socket", p.admin, "--database", p.db, "--runtime-endpoint", direct())...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// registryRequests is how many requests the authenticated registry has
+// answered so far.
+func registryRequests(t *testing.T) int {
+	t.Helper()
+	reqs, err := testRig.RegistryRequests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(reqs)
+}
+
+// tenant is a pod of a tenant, as crictl describes it with --pod-config.
+type tenant struct {
+	name, uid, creds string
+	config           string
+}
+
+func newTenant(t *testing.T, name, creds string) tenant {
+	return tenant{name: name, uid: name + "-uid", creds: creds, config: podConfig(t, name, name+"-uid", true)}
+}
+
+// pull is the kubelet's IfNotPresent sequence through crictl: ImageStatus
+// (inspecti), then PullImage with the pod's sandbox config and credentials
+// when the image was not shown.
+func (tn tenant) pull(t *testing.T, ep, image string) rig.Result {
+	t.Helper()
+	if r := crictl(t, ep, "inspecti", image); r.Err == nil {
+		return rig.Result{Stdout: "present"}
+	}
+	args := []string{"pull", "--pod-config", tn.config}
+	if tn.creds != "" {
+		args = append(args, "--creds", tn.creds)
+	}
+	return crictl(t, ep, append(args, image)...)
+}
+
+func TestEnsureSecretPulledImages(t *testing.T) {
+	needRig(t)
+	p := startEnsureProxy(t, "ensure")
+	img := testRig.Registry + "/" + rig.TeamAImage
+	crictl(t, direct(), "rmi", img)
+	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
+
+	alice := newTenant(t, "tenant-a", "alice:"+rig.Users["alice"])
+	alice2 := newTenant(t, "tenant-a2", "alice:"+rig.Users["alice"])
+	bob := newTenant(t, "tenant-b", "")
+	bobWrong := newTenant(t, "tenant-b-wrong", "bob:wrong")
+	bobOwn := newTenant(t, "tenant-b-own", "bob:"+rig.Users["bob"])
+	bobOwn2 := newTenant(t, "tenant-b-own2", "bob:"+rig.Users["bob"])
+
+	t.Run("tenant A pulls the private image with its credentials", func(t *testing.T) {
+		if r := alice.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+	})
+
+	t.Run("tenant B without credentials is not shown the image, and fails at the registry", func(t *testing.T) {
+		if r := crictl(t, p.ep, "inspecti", img); r.Err == nil {
+			t.Errorf("ImageStatus showed B a verified-only image:\n%s", r.Stdout)
+		}
+		if r := crictl(t, direct(), "inspecti", img); r.Err != nil {
+			t.Fatalf("the image is not on the node: %s", r.Stderr)
+		}
+		r := bob.pull(t, p.ep, img)
+		if r.Err == nil || !strings.Contains(r.Stderr, "401 Unauthorized") {
+			t.Errorf("B's pull: %v\n%s", r.Err, r.Stderr)
+		}
+	})
+
+	t.Run("tenant B with wrong credentials fails at the registry", func(t *testing.T) {
+		r := bobWrong.pull(t, p.ep, img)
+		if r.Err == nil || !strings.Contains(r.Stderr, "401 Unauthorized") {
+			t.Errorf("%v\n%s", r.Err, r.Stderr)
+		}
+	})
+
+	t.Run("a container of B started by another route is refused at CreateContainer", func(t *testing.T) {
+		podID := strings.TrimSpace(mustCrictl(t, p.ep, "runp", bob.config))
+		defer func() { crictl(t, p.ep, "stopp", podID); crictl(t, p.ep, "rmp", podID) }()
+		ctr := containerConfig(t, "b-ctr", img, "true")
+		r := crictl(t, p.ep, "create", podID, ctr, bob.config)
+		if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") || !strings.Contains(r.Stderr, img) || !strings.Contains(r.Stderr, bob.uid) {
+			t.Errorf("create: %v\n%s", r.Err, r.Stderr)
+		}
+	})
+
+	t.Run("tenant A's other pod re-uses the image with zero registry requests, and may create its container", func(t *testing.T) {
+		before := registryRequests(t)
+		if r := alice2.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if n := registryRequests(t) - before; n != 0 {
+			t.Errorf("%d registry requests for a verified re-use, want 0", n)
+		}
+		podID := strings.TrimSpace(mustCrictl(t, p.ep, "runp", alice2.config))
+		defer func() { crictl(t, p.ep, "stopp", podID); crictl(t, p.ep, "rmp", podID) }()
+		ctr := containerConfig(t, "a2-ctr", img, "true")
+		if r := crictl(t, p.ep, "create", podID, ctr, alice2.config); r.Err != nil {
+			t.Errorf("create: %v\n%s", r.Err, r.Stderr)
+		}
+	})
+
+	t.Run("tenant B with its own valid credentials verifies once, then re-uses", func(t *testing.T) {
+		before := registryRequests(t)
+		if r := bobOwn.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if registryRequests(t) == before {
+			t.Errorf("B's own credentials were not checked at the registry")
+		}
+		before = registryRequests(t)
+		if r := bobOwn2.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if n := registryRequests(t) - before; n != 0 {
+			t.Errorf("%d registry requests, want 0", n)
+		}
+	})
+
+	t.Run("records survive a proxy restart", func(t *testing.T) {
+		p.proc.Stop(10 * time.Second)
+		p.start(t)
+		if r := crictl(t, p.ep, "inspecti", img); r.Err == nil {
+			t.Errorf("after a restart the image is shown to anyone")
+		}
+		before := registryRequests(t)
+		if r := alice.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if n := registryRequests(t) - before; n != 0 {
+			t.Errorf("%d registry requests after a restart, want 0", n)
+		}
+	})
+
+	t.Run("records list, show and explain while the daemon runs", func(t *testing.T) {
+		out, err := p.records(t, "list")
+		if err != nil || !strings.Contains(out, "127.0.0.1") || !strings.Contains(out, "team-a/app") || !strings.Contains(out, "1 record(s)") {
+			t.Errorf("list: %v\n%s", err, out)
+		}
+		out, err = p.records(t, "explain", img, "--pod-uid", bob.uid)
+		if err != nil || !strings.Contains(out, "granted=false") || !strings.Contains(out, "must pull it with a credential") {
+			t.Errorf("explain for B: %v\n%s", err, out)
+		}
+		// Grants live in memory: after the restart only A's pull above granted.
+		out, err = p.records(t, "explain", img, "--pod-uid", alice.uid)
+		if err != nil || !strings.Contains(out, "granted=true") {
+			t.Errorf("explain for A: %v\n%s", err, out)
+		}
+		out, err = p.records(t, "show", img)
+		var rec map[string]any
+		if err != nil || json.Unmarshal([]byte(out), &rec) != nil || rec["kind"] != "ImagePulledRecord" {
+			t.Errorf("show: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("no password reaches the database, the records or the log", func(t *testing.T) {
+		db, err := os.ReadFile(p.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := p.records(t, "export")
+		for _, secret := range []string{rig.Users["alice"], rig.Users["bob"]} {
+			if strings.Contains(string(db), secret) || strings.Contains(out, secret) || strings.Contains(p.proc.LogText(), secret) {
+				t.Errorf("a password is stored or logged")
+			}
+		}
+		if fi, _ := os.Stat(p.db); fi.Mode().Perm() != 0o600 {
+			t.Errorf("database mode %v", fi.Mode().Perm())
+		}
+	})
+
+	t.Run("revoking the image makes every pod verify again", func(t *testing.T) {
+		if out, err := p.records(t, "revoke", "--image", img); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		before := registryRequests(t)
+		if r := alice2.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if registryRequests(t) == before {
+			t.Errorf("after revoke, A re-used the image without the registry")
+		}
+	})
+
+	t.Run("RemoveImage clears the record", func(t *testing.T) {
+		// By ID: by name crictl asks ImageStatus first, which hides it (the
+		// kubelet's image GC removes by ID too).
+		id := strings.TrimSpace(mustCrictl(t, direct(), "inspecti", "-o", "go-template", "--template", "{{.status.id}}", img))
+		mustCrictl(t, p.ep, "rmi", id)
+		out, err := p.records(t, "list")
+		if err != nil || !strings.Contains(out, "0 record(s)") {
+			t.Errorf("%v\n%s", err, out)
+		}
+	})
+}
+
+func TestEnsurePublicImagesAreNeverHidden(t *testing.T) {
+	needRig(t)
+	p := startEnsureProxy(t, "ensure-public")
+	// The anonymous view of the registry: a public image.
+	img := testRig.AnonRegistry + "/" + rig.TeamBImage
+	crictl(t, direct(), "rmi", img)
+	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
+	anyone := newTenant(t, "public-1", "")
+	if r := anyone.pull(t, p.ep, img); r.Err != nil {
+		t.Fatalf("%v\n%s", r.Err, r.Stderr)
+	}
+	for i := 0; i < 3; i++ {
+		if r := crictl(t, p.ep, "inspecti", img); r.Err != nil {
+			t.Errorf("an anonymously pulled image is hidden: %s", r.Stderr)
+		}
+	}
+	out, _ := p.records(t, "list")
+	if !strings.Contains(out, "true") {
+		t.Errorf("the record is not node-wide:\n%s", out)
+	}
+}
+
+// TestEnsureKill9MidPull kills the proxy with SIGKILL while pulls are in
+// flight, several times: afterwards every image that came onto the node
+// through it is still hidden from a pod without credentials, whatever
+// moment the kill hit (a record, or an intent settled at start).
+func TestEnsureKill9MidPull(t *testing.T) {
+	needRig(t)
+	p := startEnsureProxy(t, "ensure-kill")
+	images := []string{rig.TeamAImage, rig.TeamBImage, rig.BusyboxImage, "k8s-staging-cri-tools/test-image-1:latest", "k8s-staging-cri-tools/test-image-2:latest", "k8s-staging-cri-tools/test-image-3:latest"}
+	for i := range images {
+		images[i] = testRig.Registry + "/" + images[i]
+		crictl(t, direct(), "rmi", images[i])
+	}
+	t.Cleanup(func() { crictl(t, direct(), append([]string{"rmi"}, images...)...) })
+	tn := newTenant(t, "kill-a", "alice:"+rig.Users["alice"])
+
+	for round, delay := range []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 50 * time.Millisecond, 70 * time.Millisecond, 90 * time.Millisecond, 120 * time.Millisecond, 200 * time.Millisecond} {
+		var wg sync.WaitGroup
+		for _, img := range images {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				crictl(t, p.ep, "pull", "--pod-config", tn.config, "--creds", tn.creds, img)
+			}()
+		}
+		time.Sleep(delay)
+		p.proc.Signal(syscall.SIGKILL)
+		<-p.proc.Exited()
+		wg.Wait()
+		p.start(t)
+		if out, _ := p.records(t, "list"); !strings.Contains(out, " 0 pull(s) in flight") {
+			t.Errorf("round %d: intents left after the restart:\n%s", round, out)
+		}
+		present := 0
+		for _, img := range images {
+			if r := crictl(t, direct(), "inspecti", img); r.Err != nil {
+				continue // the kill came before the runtime had it
+			}
+			present++
+			if r := crictl(t, p.ep, "inspecti", img); r.Err == nil {
+				t.Errorf("round %d: %s came through the proxy and is now shown to anyone", round, img)
+			}
+		}
+		out, _ := p.records(t, "list")
+		t.Logf("round %d (kill after %v): %d of %d images on the node, all hidden\n%s", round, delay, present, len(images), out)
+	}
+}

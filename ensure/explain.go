@@ -1,0 +1,79 @@
+package ensure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Explanation says what the guard decides for an image and a pod, and why.
+type Explanation struct {
+	Image      string  `json:"image"`
+	ImageRef   string  `json:"imageRef,omitempty"`
+	Repository string  `json:"repository,omitempty"`
+	Present    bool    `json:"present"`
+	Policy     string  `json:"policy"`
+	Record     *Record `json:"record,omitempty"`
+
+	NeedsVerification bool   `json:"needsVerification"`
+	Result            string `json:"result"` // the kubelet's result name
+	Rule              string `json:"rule"`
+
+	PodUID      string `json:"podUID,omitempty"`
+	GrantsKnown bool   `json:"grantsKnown"` // false when the daemon does not run
+	PodGranted  bool   `json:"podGranted"`
+
+	Verdict string `json:"verdict"`
+}
+
+// Explain tells what the guard decides for image (a name or an image ID)
+// and, when podUID is set, that pod. It changes nothing.
+func (g *Guard) Explain(ctx context.Context, image, podUID string, grantsKnown bool) (*Explanation, error) {
+	e := &Explanation{Image: image, Policy: string(g.policy.Name()), PodUID: podUID, GrantsKnown: grantsKnown}
+	st, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	if err != nil {
+		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
+	}
+	if img := st.GetImage(); img != nil {
+		e.Present, e.ImageRef = true, img.Id
+		if repo, ok := Repository(image); ok && listedAs(img, repo) {
+			e.Repository = repo
+		}
+	} else if isImageID(image) {
+		e.ImageRef = image
+	} else {
+		e.Repository, _ = Repository(image)
+	}
+	if e.ImageRef != "" {
+		if rec, err := g.store.Get(e.ImageRef); err == nil {
+			e.Record = rec
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	if !e.Present {
+		e.Verdict = "not present: a pod pulls it, and the registry checks its credentials"
+		e.Result, e.Rule = resultMustAuth, "not present"
+		return e, nil
+	}
+	d := g.decideNoMetrics(e.ImageRef, e.Repository)
+	e.NeedsVerification, e.Result, e.Rule = d.verify, d.result, d.rule
+	if podUID != "" && grantsKnown {
+		e.PodGranted = g.grants.has(podUID, e.ImageRef)
+	}
+	var b strings.Builder
+	switch {
+	case !d.verify:
+		b.WriteString("any pod may use it: ")
+	case e.PodGranted:
+		b.WriteString("this pod may use it (it pulled it with a verified credential); other pods must verify: ")
+	default:
+		b.WriteString("hidden from ImageStatus; a pod must pull it with a credential the registry accepts (or one already verified for it): ")
+	}
+	b.WriteString(d.rule)
+	e.Verdict = b.String()
+	return e, nil
+}
