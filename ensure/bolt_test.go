@@ -2,6 +2,7 @@ package ensure
 
 import (
 	"encoding/binary"
+	"fmt"
 	"errors"
 	"os"
 	"path/filepath"
@@ -253,4 +254,41 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("a re-encoded record does not decode: %v", err)
 		}
 	})
+}
+
+func TestCountsMatchTheBuckets(t *testing.T) {
+	t.Parallel()
+	s, _ := Open(filepath.Join(t.TempDir(), "ensure.db"), Options{})
+	defer s.Close()
+	var intents []string
+	for i := 0; i < 30; i++ {
+		id, _ := s.AddIntent("r.test/app")
+		intents = append(intents, id)
+		ref := fmt.Sprintf("sha256:%064x", i)
+		if err := s.RecordPull(ref, "r.test/app", Credential{Node: true}, intents[i], t0); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			s.Forget(ref)
+		}
+		if i%5 == 0 {
+			s.AddIntent("r.test/other") // left in flight
+		}
+	}
+	s.DropIntent("no-such-intent")
+	s.Forget("sha256:none")
+	s.Prune(func(string) bool { return false }, t0.Add(-time.Hour)) // prunes nothing: too recent
+	records, in, _ := s.Counts()
+	s.db.View(func(tx *bolt.Tx) error {
+		if n := recordsBucket(tx).Stats().KeyN; n != records {
+			t.Errorf("records counter %d, bucket holds %d", records, n)
+		}
+		if n := intentsBucket(tx).Stats().KeyN; n != in {
+			t.Errorf("intents counter %d, bucket holds %d", in, n)
+		}
+		return nil
+	})
+	if records != 20 || in != 6 {
+		t.Errorf("counts %d records, %d intents; want 20, 6", records, in)
+	}
 }

@@ -41,7 +41,9 @@
 //	v1                                   schema bucket
 //	├── meta
 //	│   ├── version : <uvarint>          database version, see migrations
-//	│   └── salt    : <32 bytes>         random, made when the file is made
+//	│   ├── salt    : <32 bytes>         random, made when the file is made
+//	│   ├── records : <uvarint>          number of records (kept with each write)
+//	│   └── intents : <uvarint>          number of intents
 //	├── records
 //	│   └── *image ID* : <JSON ImagePulledRecord>
 //	└── intents

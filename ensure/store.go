@@ -192,7 +192,7 @@ func (s *Store) AddIntent(image string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error { return intentsBucket(tx).Put([]byte(key), data) })
+	err = s.db.Update(func(tx *bolt.Tx) error { return put(tx, intentsBucket(tx), keyIntentsCount, []byte(key), data) })
 	if err != nil {
 		return "", fmt.Errorf("write pull intent for %s: %w", image, err)
 	}
@@ -201,7 +201,10 @@ func (s *Store) AddIntent(image string) (string, error) {
 
 // DropIntent removes an intent (the pull failed).
 func (s *Store) DropIntent(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return intentsBucket(tx).Delete([]byte(id)) })
+	return s.db.Update(func(tx *bolt.Tx) error {
+		_, err := del(tx, intentsBucket(tx), keyIntentsCount, []byte(id))
+		return err
+	})
 }
 
 // Intents returns the intents on disk.
@@ -245,11 +248,12 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 		if err != nil {
 			return err
 		}
-		if err := rb.Put([]byte(imageRef), data); err != nil {
+		if err := put(tx, rb, keyRecordsCount, []byte(imageRef), data); err != nil {
 			return err
 		}
 		if intentID != "" {
-			return intentsBucket(tx).Delete([]byte(intentID))
+			_, err := del(tx, intentsBucket(tx), keyIntentsCount, []byte(intentID))
+			return err
 		}
 		return nil
 	})
@@ -284,9 +288,9 @@ func addCredential(r *Record, repo string, cred Credential) {
 func (s *Store) Forget(imageRef string) (bool, error) {
 	found := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		rb := recordsBucket(tx)
-		found = rb.Get([]byte(imageRef)) != nil
-		return rb.Delete([]byte(imageRef))
+		var err error
+		found, err = del(tx, recordsBucket(tx), keyRecordsCount, []byte(imageRef))
+		return err
 	})
 	return found, err
 }
@@ -378,14 +382,37 @@ func (s *Store) List() ([]*Record, []string, error) {
 	return out, bad, err
 }
 
-// Counts returns the number of records and intents on disk.
+// Counts returns the number of records and intents on disk, from counters
+// kept with every write: cheap enough for every metrics scrape.
 func (s *Store) Counts() (records, intents int, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
-		records = recordsBucket(tx).Stats().KeyN
-		intents = intentsBucket(tx).Stats().KeyN
+		records, intents = count(tx, keyRecordsCount), count(tx, keyIntentsCount)
 		return nil
 	})
 	return records, intents, err
+}
+
+// PutRecords stores whole records, replacing those with the same image
+// ID, in one transaction (imports, tests, benchmarks).
+func (s *Store) PutRecords(recs []*Record) error {
+	for _, r := range recs {
+		if err := validImageRef(r.ImageRef); err != nil {
+			return err
+		}
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		rb := recordsBucket(tx)
+		for _, r := range recs {
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			if err := put(tx, rb, keyRecordsCount, []byte(r.ImageRef), data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Prune deletes the records of images for which present returns false and
@@ -410,7 +437,7 @@ func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int,
 			return err
 		}
 		for _, k := range doomed {
-			if err := rb.Delete(k); err != nil {
+			if _, err := del(tx, rb, keyRecordsCount, k); err != nil {
 				return err
 			}
 		}
