@@ -96,7 +96,13 @@ func run() error {
 		results = append(results, env.measure(sc))
 		stopProfile()
 	}
-	report := render(results, env.describe())
+	var extra []extraTarget
+	if env.ensure != nil && (o.only == "" || strings.Contains("100,000 records", o.only)) {
+		if desc, v, max := env.rssTarget(); desc != "" {
+			extra = append(extra, extraTarget{desc: desc, value: v, max: max})
+		}
+	}
+	report := render(results, extra, env.describe())
 	fmt.Println(report)
 	if err := os.MkdirAll(o.out, 0o755); err == nil {
 		path := filepath.Join(o.out, "bench-"+time.Now().Format("20060102-150405")+".md")
@@ -104,7 +110,7 @@ func run() error {
 			logf("report written to %s", path)
 		}
 	}
-	if missed := failedTargets(results); len(missed) > 0 {
+	if missed := failedTargets(results, extra); len(missed) > 0 {
 		return fmt.Errorf("targets missed:\n  %s", strings.Join(missed, "\n  "))
 	}
 	return nil
@@ -125,6 +131,7 @@ type benchEnv struct {
 	presentImage           string
 	monitoring             string // the proxy's monitoring address, when profiling
 	inject                 *injectEnv
+	ensure                 *ensureEnv
 	extraProxies           []*rig.Proc
 }
 
@@ -198,7 +205,10 @@ func (e *benchEnv) setUp() error {
 		"containerd": e.rig.Containerd().Pid(),
 		"bare":       e.bare.Process.Pid,
 	}
-	return e.setUpInjection()
+	if err := e.setUpInjection(); err != nil {
+		return err
+	}
+	return e.setUpEnsure()
 }
 
 func (e *benchEnv) close() {

@@ -115,6 +115,9 @@ func (e *benchEnv) scenarios() []scenario {
 	if e.inject != nil {
 		out = append(out, e.injectionScenarios()...)
 	}
+	if e.ensure != nil {
+		out = append(out, e.ensureScenarios()...)
+	}
 	out = append(out, scenario{
 		name: "ListImages(1000) c=1", conc: 1,
 		arms:    []arm{direct(listImagesCall(e.direct, 1000)), proxied(listImagesCall(e.proxied, 1000))},

@@ -37,6 +37,15 @@ type ImageStatusHook interface {
 	ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error)
 }
 
+// ImageStatusFilter may be implemented by an ImageStatusHook to decline
+// calls after seeing only the request: when every ImageStatus hook
+// declines, the call is forwarded as raw frames and its response is never
+// decoded, as if no hook were there. It must be cheap: it runs on every
+// ImageStatus.
+type ImageStatusFilter interface {
+	WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool
+}
+
 // RemoveImageFunc continues a RemoveImage call.
 type RemoveImageFunc = func(context.Context, *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error)
 

@@ -3,7 +3,9 @@ package criproxy
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -219,4 +221,54 @@ func TestMetrics(t *testing.T) {
 	if n := testutil.CollectAndCount(m.duration); n != 3 {
 		t.Errorf("duration series = %d, want 3 (Version, Status, PullImage)", n)
 	}
+}
+
+// picky hooks ImageStatus but declines images named "skip-*".
+type picky struct{ calls atomic.Int32 }
+
+func (p *picky) WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool {
+	return !strings.HasPrefix(req.GetImage().GetImage(), "skip-")
+}
+
+func (p *picky) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error) {
+	p.calls.Add(1)
+	return next(ctx, req)
+}
+
+func TestImageStatusFilter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	status := func(rig *proxyRig, image string) (*runtimeapi.ImageStatusResponse, error) {
+		return rig.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	}
+
+	t.Run("a declined call reaches the runtime without the hook, answer intact", func(t *testing.T) {
+		h := &picky{}
+		rig := newProxyRig(t, Options{Hooks: []any{h}}, false)
+		resp, err := status(rig, "skip-me")
+		if err != nil || resp.GetImage().GetId() != "sha256:runtime" || resp.GetImage().GetRepoTags()[0] != "skip-me" {
+			t.Fatalf("got %v, %v", resp, err)
+		}
+		if h.calls.Load() != 0 {
+			t.Errorf("the hook ran for a declined call")
+		}
+		if _, err := status(rig, "wanted"); err != nil || h.calls.Load() != 1 {
+			t.Errorf("a wanted call: %v, hook calls %d", err, h.calls.Load())
+		}
+		if rig.runtime.count("ImageStatus") != 2 {
+			t.Errorf("runtime saw %d calls", rig.runtime.count("ImageStatus"))
+		}
+	})
+
+	t.Run("a hook that cannot decline gets every call", func(t *testing.T) {
+		h := &picky{}
+		var log []string
+		rig := newProxyRig(t, Options{Hooks: []any{h, &recorder{name: "r", log: &log}}}, false)
+		if _, err := status(rig, "skip-me"); err != nil {
+			t.Fatal(err)
+		}
+		if len(log) != 1 || h.calls.Load() != 1 {
+			t.Errorf("recorder %v, picky %d: both must run when one cannot decline", log, h.calls.Load())
+		}
+	})
 }

@@ -59,11 +59,18 @@ func setTrailer(ss grpc.ServerStream, trailer metadata.MD) {
 	if !hasCustomKeys(trailer) {
 		return
 	}
-	if _, ok := trailer["content-type"]; ok {
-		trailer = trailer.Copy()
-		delete(trailer, "content-type")
+	ss.SetTrailer(withoutContentType(trailer))
+}
+
+// withoutContentType returns md without its content-type, copying only
+// when it has one.
+func withoutContentType(md metadata.MD) metadata.MD {
+	if _, ok := md["content-type"]; !ok {
+		return md
 	}
-	ss.SetTrailer(trailer)
+	md = md.Copy()
+	delete(md, "content-type")
+	return md
 }
 
 // hasCustomKeys reports whether md has a key gRPC would not set by itself.

@@ -5,7 +5,10 @@ import (
 
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -27,7 +30,7 @@ func (s *Server) typedServices() []*grpc.ServiceDesc {
 	h1, ok := chain(s.hooks, PullImageHook.PullImage, invoke[*runtimeapi.PullImageRequest, runtimeapi.PullImageResponse](img, runtimeapi.ImageService_PullImage_FullMethodName))
 	add(images, typedMethod(images.ServiceName, "PullImage", h1), ok)
 	h2, ok := chain(s.hooks, ImageStatusHook.ImageStatus, invoke[*runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse](img, runtimeapi.ImageService_ImageStatus_FullMethodName))
-	add(images, typedMethod(images.ServiceName, "ImageStatus", h2), ok)
+	add(images, filteredMethod(images.ServiceName, "ImageStatus", h2, imageStatusFilter(s.hooks), img), ok)
 	h3, ok := chain(s.hooks, RemoveImageHook.RemoveImage, invoke[*runtimeapi.RemoveImageRequest, runtimeapi.RemoveImageResponse](img, runtimeapi.ImageService_RemoveImage_FullMethodName))
 	add(images, typedMethod(images.ServiceName, "RemoveImage", h3), ok)
 	h4, ok := chain(s.hooks, ListImagesHook.ListImages, invoke[*runtimeapi.ListImagesRequest, runtimeapi.ListImagesResponse](img, runtimeapi.ImageService_ListImages_FullMethodName))
@@ -52,6 +55,22 @@ func typedMethod[Req any, PReq interface {
 	*Req
 	proto.Message
 }, Resp proto.Message](service, name string, h func(context.Context, PReq) (Resp, error)) grpc.MethodDesc {
+	serve := typedServe(service, name, h)
+	return grpc.MethodDesc{
+		MethodName: name,
+		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			req := PReq(new(Req))
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			return serve(ctx, req, interceptor)
+		},
+	}
+}
+
+// typedServe runs the hook chain h on a decoded request, through the
+// interceptor, mapping a local error to a gRPC status.
+func typedServe[PReq proto.Message, Resp proto.Message](service, name string, h func(context.Context, PReq) (Resp, error)) func(context.Context, PReq, grpc.UnaryServerInterceptor) (any, error) {
 	info := &grpc.UnaryServerInfo{FullMethod: "/" + service + "/" + name}
 	run := func(ctx context.Context, req PReq) (any, error) {
 		resp, err := h(outgoingContext(ctx), req)
@@ -60,20 +79,13 @@ func typedMethod[Req any, PReq interface {
 		}
 		return resp, nil
 	}
-	return grpc.MethodDesc{
-		MethodName: name,
-		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			req := PReq(new(Req))
-			if err := dec(req); err != nil {
-				return nil, err
-			}
-			if interceptor == nil {
-				return run(ctx, req)
-			}
-			return interceptor(ctx, req, info, func(ctx context.Context, r any) (any, error) {
-				return run(ctx, r.(PReq))
-			})
-		},
+	return func(ctx context.Context, req PReq, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		if interceptor == nil {
+			return run(ctx, req)
+		}
+		return interceptor(ctx, req, info, func(ctx context.Context, r any) (any, error) {
+			return run(ctx, r.(PReq))
+		})
 	}
 }
 
@@ -107,4 +119,90 @@ func invoke[Req proto.Message, Resp any, PResp interface {
 // Unknown, as containerd itself answers.
 func ToStatus(err error) error {
 	return errgrpc.ToGRPC(err)
+}
+
+// imageStatusFilter returns whether some ImageStatus hook wants a call, or
+// nil when a hook cannot tell from the request (it wants every call).
+func imageStatusFilter(hooks []any) func(*runtimeapi.ImageStatusRequest) bool {
+	var filters []ImageStatusFilter
+	for _, h := range hooks {
+		if _, ok := h.(ImageStatusHook); !ok {
+			continue
+		}
+		f, ok := h.(ImageStatusFilter)
+		if !ok {
+			return nil
+		}
+		filters = append(filters, f)
+	}
+	return func(req *runtimeapi.ImageStatusRequest) bool {
+		for _, f := range filters {
+			if f.WantsImageStatus(req) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// filteredMethod is typedMethod for a method whose hooks may decline a call
+// from its request alone: a declined call is forwarded as raw frames, the
+// request as it came and the response undecoded. Without a filter it is
+// typedMethod.
+func filteredMethod[Req any, PReq interface {
+	*Req
+	proto.Message
+}, Resp proto.Message](service, name string, h func(context.Context, PReq) (Resp, error), wants func(PReq) bool, cc *grpc.ClientConn) grpc.MethodDesc {
+	if wants == nil {
+		return typedMethod(service, name, h)
+	}
+	serve := typedServe(service, name, h)
+	fullMethod := "/" + service + "/" + name
+	info := &grpc.UnaryServerInfo{FullMethod: fullMethod}
+	return grpc.MethodDesc{
+		MethodName: name,
+		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			in := new(frame)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			req := PReq(new(Req))
+			if err := proto.Unmarshal(contiguous(in.data), req); err != nil {
+				in.free()
+				return nil, status.Errorf(codes.InvalidArgument, "decode %s request: %v", name, err)
+			}
+			if wants(req) {
+				in.free()
+				return serve(ctx, req, interceptor)
+			}
+			forward := func(ctx context.Context, _ any) (any, error) {
+				var header, trailer metadata.MD
+				out := new(frame)
+				err := cc.Invoke(outgoingContext(ctx), fullMethod, in, out, grpc.ForceCodecV2(codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
+				if hasCustomKeys(header) {
+					_ = grpc.SetHeader(ctx, header)
+				}
+				if hasCustomKeys(trailer) {
+					_ = grpc.SetTrailer(ctx, withoutContentType(trailer))
+				}
+				if err != nil {
+					return nil, err
+				}
+				return out, nil
+			}
+			if interceptor == nil {
+				return forward(ctx, req)
+			}
+			return interceptor(ctx, req, info, forward)
+		},
+	}
+}
+
+// contiguous returns the bytes of data, copying only when they are split
+// over several buffers (small requests never are).
+func contiguous(data mem.BufferSlice) []byte {
+	if len(data) == 1 {
+		return data[0].ReadOnlyData()
+	}
+	return data.Materialize()
 }

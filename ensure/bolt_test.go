@@ -2,8 +2,8 @@ package ensure
 
 import (
 	"encoding/binary"
-	"fmt"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"

@@ -12,6 +12,7 @@ var (
 	bucketMeta    = []byte("meta")    // version, salt
 	bucketRecords = []byte("records") // image ID -> ImagePulledRecord
 	bucketIntents = []byte("intents") // intent ID -> ImagePullIntent
+	bucketRepos   = []byte("repos")   // repository -> how many records restrict it
 
 	keyVersion      = []byte("version")
 	keySalt         = []byte("salt")
@@ -49,6 +50,7 @@ func createBucket(tx *bolt.Tx, path ...[]byte) (*bolt.Bucket, error) {
 func recordsBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketRecords) }
 func intentsBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketIntents) }
 func metaBucket(tx *bolt.Tx) *bolt.Bucket    { return bucket(tx, bucketSchema, bucketMeta) }
+func reposBucket(tx *bolt.Tx) *bolt.Bucket   { return bucket(tx, bucketSchema, bucketRepos) }
 
 // count returns a counter of the meta bucket.
 func count(tx *bolt.Tx, key []byte) int {

@@ -46,8 +46,16 @@
 //	│   └── intents : <uvarint>          number of intents
 //	├── records
 //	│   └── *image ID* : <JSON ImagePulledRecord>
-//	└── intents
-//	    └── *intent ID* : <JSON ImagePullIntent>
+//	├── intents
+//	│   └── *intent ID* : <JSON ImagePullIntent>
+//	└── repos
+//	    └── *repository* : <uvarint>   records with a mapping for it that is
+//	                                   not node-wide ("restricted"); kept
+//	                                   with each write, loaded at open
+//
+// The repos index lets ImageStatus of a repository no record restricts
+// pass without decoding (the common case: public and node-wide images),
+// and without reading the records.
 //
 // Update this drawing with every schema change; each change bumps the
 // version and comes with a migration and its test.

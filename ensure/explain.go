@@ -39,7 +39,7 @@ func (g *Guard) Explain(ctx context.Context, image, podUID string, grantsKnown b
 	}
 	if img := st.GetImage(); img != nil {
 		e.Present, e.ImageRef = true, img.Id
-		if repo, ok := Repository(image); ok && listedAs(img, repo) {
+		if repo, ok := g.repository(image); ok && g.listedAs(img, repo) {
 			e.Repository = repo
 		}
 	} else if isImageID(image) {

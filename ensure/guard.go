@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -58,6 +59,10 @@ type RecordStore interface {
 	Counts() (records, intents int, err error)
 	// Prune deletes the records of images not present, last updated before until.
 	Prune(present func(imageRef string) bool, until time.Time) (int, error)
+	// Restricted reports whether some record has a mapping for repo that is
+	// not accessible to every pod. It may err towards true, never towards
+	// false. It must be cheap: it runs on every ImageStatus.
+	Restricted(repo string) bool
 }
 
 var _ RecordStore = (*Store)(nil)
@@ -89,6 +94,10 @@ type Guard struct {
 	log       *slog.Logger
 	clock     clock.PassiveClock
 	grace     time.Duration
+
+	// names remembers parsed image names (image -> parsedName).
+	names    sync.Map
+	namesLen atomic.Int64
 
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
@@ -252,6 +261,53 @@ func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) 
 	return false, "the request's credential was never verified for " + repo
 }
 
+// WantsImageStatus lets ImageStatus calls the guard can never hide pass
+// undecoded (criproxy.ImageStatusFilter): lookups by ID, and, by policy,
+// repositories no record restricts and no pull in flight concerns. It
+// reads memory only.
+func (g *Guard) WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool {
+	repo, ok := g.repository(req.GetImage().GetImage())
+	if !ok {
+		return false
+	}
+	switch g.policy.Name() {
+	case NeverVerify:
+		return false
+	case NeverVerifyPreloadedImages:
+		// decide hides only what the proxy pulled, and among those only a
+		// repository with a restricted mapping, or with a pull in flight.
+		return g.pending.has(repo) || g.store.Restricted(repo)
+	case NeverVerifyAllowlistedImages:
+		return !g.policy.allowlisted(repo)
+	}
+	return true
+}
+
+var _ criproxy.ImageStatusFilter = (*Guard)(nil)
+
+// repository is Repository, remembered: the same few names come back on
+// every kubelet sync, and parsing one costs microseconds.
+func (g *Guard) repository(image string) (string, bool) {
+	if v, ok := g.names.Load(image); ok {
+		r := v.(parsedName)
+		return r.repo, r.ok
+	}
+	repo, ok := Repository(image)
+	if g.namesLen.Add(1) > maxRememberedNames {
+		g.names.Clear()
+		g.namesLen.Store(0)
+	}
+	g.names.Store(image, parsedName{repo, ok})
+	return repo, ok
+}
+
+type parsedName struct {
+	repo string
+	ok   bool
+}
+
+const maxRememberedNames = 8192
+
 // Repository returns the normalized repository of a reference, and false
 // for what is no name (an image ID).
 func Repository(image string) (string, bool) {
@@ -272,10 +328,10 @@ func isImageID(s string) bool { return imageIDPattern.MatchString(s) }
 // listedAs reports whether the runtime lists img under repository repo:
 // only then did a lookup by name really find it by that name (containerd
 // also resolves a name that is an ID prefix).
-func listedAs(img *runtimeapi.Image, repo string) bool {
+func (g *Guard) listedAs(img *runtimeapi.Image, repo string) bool {
 	for _, refs := range [][]string{img.GetRepoTags(), img.GetRepoDigests()} {
 		for _, r := range refs {
-			if named, err := reference.ParseNormalizedNamed(r); err == nil && named.Name() == repo {
+			if name, ok := g.repository(r); ok && name == repo {
 				return true
 			}
 		}
@@ -291,8 +347,8 @@ func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequ
 		return resp, err
 	}
 	name := req.GetImage().GetImage()
-	repo, ok := Repository(name)
-	if !ok || !listedAs(resp.Image, repo) {
+	repo, ok := g.repository(name)
+	if !ok || !g.listedAs(resp.Image, repo) {
 		return resp, nil // a lookup by ID: answered as the runtime answers, CreateContainer decides
 	}
 	d := g.decide(resp.Image.Id, repo)
@@ -310,7 +366,7 @@ func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequ
 // credential once the registry accepted it.
 func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
 	name := req.GetImage().GetImage()
-	repo, ok := Repository(name)
+	repo, ok := g.repository(name)
 	if !ok {
 		return next(ctx, req)
 	}
@@ -393,7 +449,7 @@ func (g *Guard) resolve(ctx context.Context, spec *runtimeapi.ImageSpec) (ref, r
 	}
 	img := resp.Image
 	for _, name := range []string{spec.GetUserSpecifiedImage(), spec.GetImage()} {
-		if r, ok := Repository(name); ok && listedAs(img, r) {
+		if r, ok := g.repository(name); ok && g.listedAs(img, r) {
 			return img.Id, r, nil
 		}
 	}

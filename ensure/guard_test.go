@@ -449,3 +449,39 @@ func TestPolicyValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestTheFilterNeverSkipsAHide checks that ImageStatus calls the guard
+// lets pass undecoded are exactly ones it would not have hidden.
+func TestTheFilterNeverSkipsAHide(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, policy := range []ensure.PolicyName{ensure.NeverVerify, ensure.NeverVerifyPreloadedImages, ensure.NeverVerifyAllowlistedImages, ensure.AlwaysVerify} {
+		for _, preload := range []bool{false, true} {
+			var allow []string
+			if policy == ensure.NeverVerifyAllowlistedImages {
+				allow = []string{"registry.test/public/*"}
+			}
+			s := newSetup(t, policy, allow...)
+			if preload {
+				s.node.preload(private, refApp)
+				s.node.preload(public, refTool)
+			}
+			check := func(when string) {
+				for _, img := range []string{private, public, refApp, "registry.test/team-a/app", "registry.test/absent:v1"} {
+					req := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img}}
+					shownByRuntime, _ := s.node.ImageStatus(ctx, req)
+					st, err := s.guard.ImageStatus(ctx, req, s.nodeImageStatus)
+					hidden := err == nil && shownByRuntime.GetImage() != nil && st.GetImage() == nil
+					if hidden && !s.guard.WantsImageStatus(req) {
+						t.Errorf("%s, preload %v, %s: %s would be hidden but the filter lets it pass", policy, preload, when, img)
+					}
+				}
+			}
+			check("at first")
+			s.start(podA, private, "IfNotPresent")
+			check("after A's pull")
+			s.start(podB, public, "IfNotPresent")
+			check("after B's public pull")
+		}
+	}
+}

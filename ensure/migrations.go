@@ -35,7 +35,7 @@ func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) e
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketRecords, bucketIntents} {
+	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos} {
 		if _, err := createBucket(tx, bucketSchema, b); err != nil {
 			return err
 		}

@@ -67,9 +67,11 @@ type Options struct {
 // Store is the bbolt database of records and intents. It is safe for
 // concurrent use.
 type Store struct {
-	db   *bolt.DB
-	salt []byte
-	path string
+	db    *bolt.DB
+	salt  []byte
+	path  string
+	repos repoIndex
+	cache recordCache
 }
 
 // Open opens or creates the database at path (mode 0600, its directory
@@ -96,7 +98,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ensure database %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path}
+	s := &Store{db: db, path: path, cache: recordCache{max: 4096, m: map[string]*Record{}}}
 	if !opts.ReadOnly {
 		err = db.Update(func(tx *bolt.Tx) error { return initialize(tx, migrations, newSalt) })
 	}
@@ -107,7 +109,10 @@ func Open(path string, opts Options) (*Store, error) {
 				return errors.New("not an ensure database (no meta bucket or salt)")
 			}
 			s.salt = bytes.Clone(meta.Get(keySalt))
-			return nil
+			if reposBucket(tx) == nil {
+				return errors.New("no repos bucket")
+			}
+			return s.repos.load(tx)
 		})
 	}
 	if err != nil {
@@ -159,8 +164,12 @@ func encodeRecord(r *Record) ([]byte, error) {
 	return json.Marshal(r)
 }
 
-// Get returns the record of an image ID, or ErrNotFound.
+// Get returns the record of an image ID, or ErrNotFound. The record may be
+// shared with other callers: do not change it.
 func (s *Store) Get(imageRef string) (*Record, error) {
+	if r, ok := s.cache.get(imageRef); ok {
+		return r, nil
+	}
 	var r *Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := recordsBucket(tx).Get([]byte(imageRef))
@@ -171,7 +180,39 @@ func (s *Store) Get(imageRef string) (*Record, error) {
 		r, err = decodeRecord([]byte(imageRef), v)
 		return err
 	})
+	if err == nil {
+		s.cache.put(imageRef, r)
+	}
 	return r, err
+}
+
+// Restricted reports whether some record restricts repo: has a mapping for
+// it that is not accessible to every pod of the node. It reads memory only.
+func (s *Store) Restricted(repo string) bool { return s.repos.restricted(repo) }
+
+// write runs f in a write transaction and, once it is committed, applies
+// its change of the repos index to memory and drops the cached records
+// it names (all of them when drop is nil).
+func (s *Store) write(f func(tx *bolt.Tx, d repoDelta) (drop []string, err error)) error {
+	d := repoDelta{}
+	var drop []string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		if drop, err = f(tx, d); err != nil {
+			return err
+		}
+		return d.apply(tx)
+	})
+	if err != nil {
+		return err
+	}
+	s.repos.commit(d)
+	if drop == nil {
+		s.cache.dropAll()
+	} else {
+		s.cache.drop(drop...)
+	}
+	return nil
 }
 
 // HashAuth returns the salted hash of a request's credential in this
@@ -231,31 +272,33 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 	if err := validImageRef(imageRef); err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		rb := recordsBucket(tx)
 		r := &Record{ImageRef: imageRef}
 		if v := rb.Get([]byte(imageRef)); v != nil {
-			old, err := decodeRecord([]byte(imageRef), v)
-			if err == nil {
-				r = old
-			}
 			// An undecodable record is replaced: the new one is safe, and it
 			// forgets only credentials that could not be read anyway.
+			if old, err := decodeRecord([]byte(imageRef), v); err == nil {
+				r = old
+				d.replace(old, nil)
+			}
 		}
 		addCredential(r, repo, cred)
+		d.replace(nil, r)
 		r.LastUpdatedTime = metav1.NewTime(now)
 		data, err := encodeRecord(r)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := put(tx, rb, keyRecordsCount, []byte(imageRef), data); err != nil {
-			return err
+			return nil, err
 		}
 		if intentID != "" {
-			_, err := del(tx, intentsBucket(tx), keyIntentsCount, []byte(intentID))
-			return err
+			if _, err := del(tx, intentsBucket(tx), keyIntentsCount, []byte(intentID)); err != nil {
+				return nil, err
+			}
 		}
-		return nil
+		return []string{imageRef}, nil
 	})
 }
 
@@ -287,10 +330,16 @@ func addCredential(r *Record, repo string, cred Credential) {
 // Forget deletes the record of imageRef; it reports whether there was one.
 func (s *Store) Forget(imageRef string) (bool, error) {
 	found := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
+		rb := recordsBucket(tx)
+		if v := rb.Get([]byte(imageRef)); v != nil {
+			if old, err := decodeRecord([]byte(imageRef), v); err == nil {
+				d.replace(old, nil)
+			}
+		}
 		var err error
-		found, err = del(tx, recordsBucket(tx), keyRecordsCount, []byte(imageRef))
-		return err
+		found, err = del(tx, rb, keyRecordsCount, []byte(imageRef))
+		return []string{imageRef}, err
 	})
 	return found, err
 }
@@ -299,13 +348,19 @@ func (s *Store) Forget(imageRef string) (bool, error) {
 // transaction, and returns how many changed.
 func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		rb := recordsBucket(tx)
 		type change struct{ k, v []byte }
 		var changes []change
 		err := rb.ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(k, v)
-			if err != nil || !f(r) {
+			if err != nil {
+				return nil
+			}
+			d.replace(r, nil)
+			changed := f(r)
+			d.replace(nil, r) // cancels out when unchanged
+			if !changed {
 				return nil
 			}
 			r.LastUpdatedTime = metav1.NewTime(now)
@@ -317,15 +372,15 @@ func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, c := range changes {
 			if err := rb.Put(c.k, c.v); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		n = len(changes)
-		return nil
+		return nil, nil
 	})
 	return n, err
 }
@@ -400,18 +455,24 @@ func (s *Store) PutRecords(recs []*Record) error {
 			return err
 		}
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		rb := recordsBucket(tx)
 		for _, r := range recs {
+			if v := rb.Get([]byte(r.ImageRef)); v != nil {
+				if old, err := decodeRecord([]byte(r.ImageRef), v); err == nil {
+					d.replace(old, nil)
+				}
+			}
+			d.replace(nil, r)
 			data, err := encodeRecord(r)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if err := put(tx, rb, keyRecordsCount, []byte(r.ImageRef), data); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return nil
+		return nil, nil
 	})
 }
 
@@ -419,7 +480,7 @@ func (s *Store) PutRecords(recs []*Record) error {
 // that were last updated before until; it returns how many it deleted.
 func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int, error) {
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		rb := recordsBucket(tx)
 		var doomed [][]byte
 		err := rb.ForEach(func(k, v []byte) error {
@@ -427,22 +488,25 @@ func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int,
 				return nil
 			}
 			r, err := decodeRecord(k, v)
-			if err == nil && !r.LastUpdatedTime.Time.Before(until) {
-				return nil // too recent: the image may be on its way in
+			if err == nil {
+				if !r.LastUpdatedTime.Time.Before(until) {
+					return nil // too recent: the image may be on its way in
+				}
+				d.replace(r, nil)
 			}
 			doomed = append(doomed, bytes.Clone(k))
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, k := range doomed {
 			if _, err := del(tx, rb, keyRecordsCount, k); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		n = len(doomed)
-		return nil
+		return nil, nil
 	})
 	return n, err
 }

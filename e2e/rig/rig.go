@@ -217,6 +217,12 @@ func (r *Rig) RegistryRequests() ([]RegistryRequest, error) {
 	return readAccessLog(r.registries[0].Log)
 }
 
+// AddMirror makes containerd pull the registry name from 127.0.0.1:port
+// (plain HTTP), e.g. a relay in front of the rig's registry.
+func (r *Rig) AddMirror(name string, port int) error {
+	return writeHostsToml(filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d"), name, port)
+}
+
 // MirrorGCR points containerd's gcr.io mirror (critest's images) at the
 // authenticated registry, or back at the anonymous one. containerd reads
 // hosts.toml on every pull: no restart needed.

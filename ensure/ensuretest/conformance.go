@@ -142,6 +142,27 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		}
 	})
 
+	t.Run("a repository is restricted while a record holds a mapping for it that is not node-wide", func(t *testing.T) {
+		s := newStore(t)
+		if s.Restricted("r.test/app") {
+			t.Fatalf("an empty store restricts")
+		}
+		s.RecordPull(RefA, "r.test/public", ensure.Credential{Node: true}, "", t0)
+		s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: s.HashAuth(alice)}, "", t0)
+		s.RecordPull(RefB, "r.test/app", ensure.Credential{}, "", t0)
+		if s.Restricted("r.test/public") || !s.Restricted("r.test/app") {
+			t.Errorf("public %v, app %v", s.Restricted("r.test/public"), s.Restricted("r.test/app"))
+		}
+		s.Forget(RefA)
+		if !s.Restricted("r.test/app") {
+			t.Errorf("RefB still restricts r.test/app")
+		}
+		s.Prune(func(string) bool { return false }, t0.Add(time.Hour))
+		if s.Restricted("r.test/app") {
+			t.Errorf("no record left, still restricted")
+		}
+	})
+
 	t.Run("forget deletes a record and says whether there was one", func(t *testing.T) {
 		s := newStore(t)
 		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0)

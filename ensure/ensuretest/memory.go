@@ -174,3 +174,14 @@ func (m *MemoryStore) Prune(present func(string) bool, until time.Time) (int, er
 	}
 	return n, nil
 }
+
+func (m *MemoryStore) Restricted(repo string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.records {
+		if c, ok := r.CredentialMapping[repo]; ok && !c.NodePodsAccessible {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// ensureEnv is what the ensure scenarios need: two proxies enforcing
+// KEP-2535, one with a database of 100 records and one of 100,000, each
+// holding a public image pulled anonymously (shown to every pod) and a
+// private one pulled with credentials (hidden from pods without them).
+type ensureEnv struct {
+	small, large       *grpc.ClientConn
+	smallPid, largePid int
+	public, private    string
+	// remote is the private image through a relay that puts the registry
+	// 2 ms (round trip) away, as a registry in the same data center.
+	remote string
+	relay  *delayRelay
+}
+
+// fillDatabase writes n records of images that are not on the node.
+func fillDatabase(path string, n int) error {
+	s, err := ensure.Open(path, ensure.Options{})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	now := metav1.Now()
+	for start := 0; start < n; start += 10000 {
+		var recs []*ensure.Record
+		for i := start; i < min(n, start+10000); i++ {
+			recs = append(recs, &ensure.Record{
+				ImageRef:        fmt.Sprintf("sha256:%064x", i+1),
+				LastUpdatedTime: now,
+				CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{
+					fmt.Sprintf("registry.bench/team-%d/app", i%500): {KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{{CredentialHash: fmt.Sprintf("sha256:%064x", i)}}},
+				},
+			})
+		}
+		if err := s.PutRecords(recs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *benchEnv) setUpEnsure() error {
+	ee := &ensureEnv{public: e.rig.AnonRegistry + "/" + rig.TeamBImage, private: e.presentImage}
+	ctx := context.Background()
+	var err error
+	if ee.relay, err = startDelayRelay(e.rig.Registry, time.Millisecond); err != nil {
+		return err
+	}
+	if err := e.rig.AddMirror("registry.remote.test", ee.relay.port()); err != nil {
+		return err
+	}
+	ee.remote = "registry.remote.test/" + rig.TeamAImage
+	for _, v := range []struct {
+		name    string
+		records int
+		conn    **grpc.ClientConn
+		pid     *int
+	}{{"ensure-100", 98, &ee.small, &ee.smallPid}, {"ensure-100k", 99998, &ee.large, &ee.largePid}} {
+		dir := filepath.Join(e.rig.Dir, v.name)
+		db := filepath.Join(dir, "ensure.db")
+		e.logf("filling %s with %d records", v.name, v.records)
+		if err := fillDatabase(db, v.records); err != nil {
+			return err
+		}
+		sock := filepath.Join(e.rig.Dir, v.name+".sock")
+		p, err := e.rig.StartProxy(e.opts.proxy, sock, "--log-level", "info",
+			"--ensure-secret-pulled-images", "--ensure-database", db, "--admin-socket", filepath.Join(dir, "admin.sock"))
+		if err != nil {
+			return err
+		}
+		e.extraProxies = append(e.extraProxies, p)
+		*v.pid = p.Pid()
+		if *v.conn, err = dialCRI("unix://" + sock); err != nil {
+			return err
+		}
+		// The two images that make the 100th (100,000th) records.
+		c := runtimeapi.NewImageServiceClient(*v.conn)
+		if _, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ee.public}}); err != nil {
+			return fmt.Errorf("%s: pull %s: %w", v.name, ee.public, err)
+		}
+		for _, img := range []string{ee.private, ee.remote} {
+			if _, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: img},
+				Auth: &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}}); err != nil {
+				return fmt.Errorf("%s: pull %s: %w", v.name, img, err)
+			}
+		}
+	}
+	e.ensure = ee
+	e.pids["proxy-ensure-100"] = ee.smallPid
+	e.pids["proxy-ensure-100k"] = ee.largePid
+	return nil
+}
+
+// reuseCall is the kubelet's sequence for a pod whose credential is
+// already verified: ImageStatus (the image is hidden), then PullImage,
+// answered from the node. Only the PullImage is timed.
+func reuseCall(cc *grpc.ClientConn, image string, auth *runtimeapi.AuthConfig) call {
+	c := runtimeapi.NewImageServiceClient(cc)
+	st := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}}
+	pull := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, Auth: auth,
+		SandboxConfig: &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "bench", Namespace: "bench", Uid: "bench-uid"}}}
+	return timed(func(ctx context.Context) (time.Duration, error) {
+		r, err := c.ImageStatus(ctx, st)
+		if err != nil {
+			return 0, err
+		}
+		if r.Image != nil {
+			return 0, fmt.Errorf("%s is not hidden", image)
+		}
+		start := time.Now()
+		_, err = c.PullImage(ctx, pull)
+		return time.Since(start), err
+	})
+}
+
+// hiddenCall is an ImageStatus that must find the image hidden.
+func hiddenCall(cc *grpc.ClientConn, image string) call {
+	c := runtimeapi.NewImageServiceClient(cc)
+	req := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}}
+	return func(ctx context.Context) error {
+		r, err := c.ImageStatus(ctx, req)
+		if err == nil && r.Image != nil {
+			err = fmt.Errorf("%s is shown", image)
+		}
+		return err
+	}
+}
+
+func (e *benchEnv) ensureScenarios() []scenario {
+	ee := e.ensure
+	creds := &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
+	var out []scenario
+	for _, conc := range []int{1, 64} {
+		sc := scenario{
+			name: fmt.Sprintf("ensure: ImageStatus c=%d, image shown", conc), conc: conc,
+			arms: []arm{
+				{name: "pass-through proxy", call: imageStatusCall(e.proxied, ee.public), cpu: []string{"proxy"}},
+				{name: "ensure proxy (100 records)", call: imageStatusCall(ee.small, ee.public), cpu: []string{"proxy-ensure-100"}},
+				{name: "direct", call: imageStatusCall(e.direct, ee.public), cpu: []string{"containerd"}},
+			},
+		}
+		if conc == 1 {
+			sc.targets = []target{{desc: "ImageStatus with the ensure check p50 <= 1.05x pass-through", value: p50Ratio(1), max: 1.05}}
+		}
+		out = append(out, sc)
+	}
+	out = append(out,
+		scenario{
+			name: "ensure: ImageStatus c=1, image hidden", conc: 1,
+			arms: []arm{
+				{name: "pass-through proxy", call: imageStatusCall(e.proxied, ee.private), cpu: []string{"proxy"}},
+				{name: "ensure proxy (hides it)", call: hiddenCall(ee.small, ee.private), cpu: []string{"proxy-ensure-100"}},
+			},
+		},
+		scenario{
+			name: "ensure: ImageStatus c=1, 100 vs 100,000 records, image shown", conc: 1,
+			arms: []arm{
+				{name: "ensure, 100 records", call: imageStatusCall(ee.small, ee.public), cpu: []string{"proxy-ensure-100"}},
+				{name: "ensure, 100,000 records", call: imageStatusCall(ee.large, ee.public), cpu: []string{"proxy-ensure-100k"}},
+			},
+			targets: []target{{desc: "ImageStatus p50 at 100,000 records <= 1.2x at 100", value: p50Ratio(1), max: 1.2}},
+		},
+		scenario{
+			name: "ensure: ImageStatus c=1, 100 vs 100,000 records, image hidden (reads the record)", conc: 1,
+			arms: []arm{
+				{name: "ensure, 100 records", call: hiddenCall(ee.small, ee.private), cpu: []string{"proxy-ensure-100"}},
+				{name: "ensure, 100,000 records", call: hiddenCall(ee.large, ee.private), cpu: []string{"proxy-ensure-100k"}},
+			},
+			targets: []target{{desc: "ImageStatus p50 at 100,000 records <= 1.2x at 100", value: p50Ratio(1), max: 1.2}},
+		},
+		scenario{
+			name: "ensure: verified re-use c=1, PullImage re-checked at the registry vs answered from the node", conc: 1,
+			arms: []arm{
+				{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.private, creds), cpu: []string{"containerd"}},
+				{name: "ensure: PullImage answered from the node (after its ImageStatus, untimed)", call: reuseCall(ee.small, ee.private, creds), cpu: []string{"proxy-ensure-100"}},
+			},
+			notes: func(r *result) string {
+				return fmt.Sprintf("on a loopback registry: the answer from the node is %.0fx faster (p50) than the registry re-check", 1/r.p50Ratio(1))
+			},
+		},
+		scenario{
+			name: "ensure: verified re-use c=1, registry 2 ms away, re-checked vs answered from the node", conc: 1,
+			arms: []arm{
+				{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.remote, creds), cpu: []string{"containerd"}},
+				{name: "ensure: PullImage answered from the node (after its ImageStatus, untimed)", call: reuseCall(ee.small, ee.remote, creds), cpu: []string{"proxy-ensure-100"}},
+			},
+			targets: []target{{desc: "a verified re-use is >= 100x faster than the registry re-check (p50), registry 2 ms away", value: func(r *result) float64 { return 1 / r.p50Ratio(1) }, min: 100}},
+		},
+	)
+	return out
+}
+
+// rssTarget is the daemon's resident memory with 100,000 records, after
+// the scenarios ran against it.
+func (e *benchEnv) rssTarget() (string, float64, float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.ensure.largePid))
+	if err != nil {
+		return "", 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return "RSS of the daemon with 100,000 records, MiB (<= 64)", float64(kb) / 1024, 64
+		}
+	}
+	return "", 0, 0
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"io"
+	"net"
+	"time"
+)
+
+// delayRelay is a TCP relay on 127.0.0.1 that holds every chunk of data
+// for delay in each direction: a registry one network hop away (RTT =
+// 2 x delay), without leaving loopback.
+type delayRelay struct {
+	l      net.Listener
+	target string
+	delay  time.Duration
+}
+
+func startDelayRelay(target string, delay time.Duration) (*delayRelay, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &delayRelay{l: l, target: target, delay: delay}
+	go r.serve()
+	return r, nil
+}
+
+func (r *delayRelay) port() int { return r.l.Addr().(*net.TCPAddr).Port }
+
+func (r *delayRelay) close() { r.l.Close() }
+
+func (r *delayRelay) serve() {
+	for {
+		c, err := r.l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			time.Sleep(r.delay) // the SYN's way
+			u, err := net.Dial("tcp", r.target)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			done := make(chan struct{}, 2)
+			go func() { r.pump(u, c); done <- struct{}{} }()
+			go func() { r.pump(c, u); done <- struct{}{} }()
+			<-done
+		}()
+	}
+}
+
+// pump copies src to dst, each chunk delayed; order is kept.
+func (r *delayRelay) pump(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			time.Sleep(r.delay)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if c, ok := dst.(interface{ CloseWrite() error }); ok {
+				c.CloseWrite()
+			}
+			return
+		}
+	}
+}
