@@ -97,7 +97,7 @@ func run() error {
 		stopProfile()
 	}
 	var extra []extraTarget
-	if env.ensure != nil && (o.only == "" || strings.Contains("100,000 records", o.only)) {
+	if env.ensure != nil {
 		if desc, v, max := env.rssTarget(); desc != "" {
 			extra = append(extra, extraTarget{desc: desc, value: v, max: max})
 		}
