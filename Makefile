@@ -30,7 +30,7 @@ e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
 
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./bench $(BENCH_FLAGS)
-	$(GO) test -run '^$$' -bench . -benchtime 2s -benchmem ./credplugins/ ./authcache/
+	$(GO) test -run '^$$' -bench . -benchtime 2s -benchmem ./credplugins/ ./authcache/ ./ensure/
 
 demo: deps ## start containerd, a private registry and the proxy, and show crictl through it (root)
 	$(GO) run ./hack/demo

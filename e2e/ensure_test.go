@@ -266,6 +266,21 @@ func TestEnsurePublicImagesAreNeverHidden(t *testing.T) {
 	if !strings.Contains(out, "true") {
 		t.Errorf("the record is not node-wide:\n%s", out)
 	}
+	if out, err := p.records(t, "gc"); err != nil || !strings.Contains(out, "dropped 0 record(s)") {
+		t.Errorf("gc through the daemon: %v\n%s", err, out)
+	}
+
+	// With the daemon stopped, the commands open the file directly.
+	p.proc.Stop(10 * time.Second)
+	out, err := p.records(t, "list")
+	if err != nil || !strings.Contains(out, "team-b/app") || !strings.Contains(out, "1 record(s)") {
+		t.Errorf("list from the file: %v\n%s", err, out)
+	}
+	out, err = p.records(t, "explain", img, "--pod-uid", "someone")
+	if err != nil || !strings.Contains(out, "any pod may use it") || !strings.Contains(out, "the daemon does not run") {
+		t.Errorf("explain from the file: %v\n%s", err, out)
+	}
+	p.start(t)
 }
 
 // TestEnsureKill9MidPull kills the proxy with SIGKILL while pulls are in
