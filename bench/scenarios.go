@@ -33,6 +33,7 @@ type scenario struct {
 	conc    int
 	arms    []arm // arms[0] is the baseline of the ratios
 	targets []target
+	long    bool                 // slow calls: longer segments
 	before  func()               // runs before the scenario, when set
 	notes   func(*result) string // a line for the report, when set
 }
@@ -119,7 +120,7 @@ func (e *benchEnv) scenarios() []scenario {
 		out = append(out, e.ensureScenarios()...)
 	}
 	out = append(out, scenario{
-		name: "ListImages(1000) c=1", conc: 1,
+		name: "ListImages(1000) c=1", conc: 1, long: true,
 		arms:    []arm{direct(listImagesCall(e.direct, 1000)), proxied(listImagesCall(e.proxied, 1000))},
 		targets: []target{{desc: "ListImages(1000) p50 through the proxy <= 1.15x direct", value: p50Ratio(1), max: 1.15}},
 	})
@@ -138,6 +139,9 @@ func (e *benchEnv) segmentLength(sc scenario) time.Duration {
 	d := time.Duration(e.opts.seconds * float64(time.Second))
 	if sc.conc == 1 {
 		d = d * 3 / 2 // fewer calls per second: a longer segment for stable quantiles
+	}
+	if sc.long {
+		d *= 2 // slow calls (a large ListImages, pulls): more of them per segment
 	}
 	return d
 }

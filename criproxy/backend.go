@@ -70,6 +70,12 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 		// Keep the connection: the first call after an idle period would
 		// otherwise pay for a new one.
 		grpc.WithIdleTimeout(0),
+		// The proxy reads a whole message before it forwards it: with the
+		// default 64 KiB windows a large answer (ListImages of a busy node)
+		// waits for window updates on this hop as well as on the caller's.
+		// Messages are bounded by MaxMessageSize anyway.
+		grpc.WithInitialWindowSize(MaxMessageSize),
+		grpc.WithInitialConnWindowSize(MaxMessageSize),
 	)
 }
 
