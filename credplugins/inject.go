@@ -33,7 +33,11 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 	if !ok {
 		return next(ctx, req) // not a name we can match; the runtime will say why
 	}
-	cands, _, failed := in.Lookup(ctx, image)
+	var pod *PodRef
+	if m := req.GetSandboxConfig().GetMetadata(); m != nil {
+		pod = &PodRef{Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUid()}
+	}
+	cands, _, failed := in.Lookup(ctx, image, pod)
 	if len(cands) == 0 {
 		resp, err := next(ctx, req)
 		if err != nil && len(failed) > 0 {
@@ -53,6 +57,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		}
 		resp, err := next(ctx, r)
 		if err == nil {
+			criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: c.Provider, ServiceAccount: c.ServiceAccount})
 			in.metrics.pulls.WithLabelValues("injected").Inc()
 			in.log.Debug("pulled with a credential provider's credential", "image", req.GetImage().GetImage(),
 				"plugin", c.Provider, "key", c.Key, "tries", len(tried)+1)

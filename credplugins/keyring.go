@@ -2,6 +2,8 @@ package credplugins
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
 // Options configure an Injector. The zero value is usable.
@@ -24,6 +27,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics; nil means none.
 	Registerer prometheus.Registerer
+	// Identity reaches the Kubernetes API for token providers
+	// (tokenAttributes); New fails without it when one is configured.
+	Identity Identity
 }
 
 // Injector completes pulls that carry no credentials with credentials from
@@ -59,10 +65,14 @@ func New(cfg *Config, opts Options) (*Injector, error) {
 		return nil, err
 	}
 	for _, pc := range cfg.Providers {
+		if pc.TokenAttributes != nil && opts.Identity == nil {
+			return nil, fmt.Errorf("credential provider %s (%s) uses service account tokens (tokenAttributes): the proxy needs the Kubernetes API (kubernetes.kubeconfig, or in-cluster)", pc.Name, pc.File)
+		}
 		name := pc.Name
 		p := &plugin{
-			cfg:     pc,
-			runner:  newExecPlugin(pc, cfg.BinDir, opts.ExecTimeout),
+			cfg:      pc,
+			identity: opts.Identity,
+			runner:   newExecPlugin(pc, cfg.BinDir, opts.ExecTimeout),
 			metrics: in.metrics,
 			log:     log,
 			now:     clk.Now,
@@ -94,6 +104,9 @@ type Candidate struct {
 	// Key is the auth map key that matched the image.
 	Key        string
 	Credential Credential
+	// ServiceAccount is the account whose token got the credential; nil for
+	// node-wide credentials.
+	ServiceAccount *criproxy.ServiceAccountRef
 }
 
 // ProviderError is a provider that matched an image but gave no answer.
@@ -115,16 +128,20 @@ type ProviderError struct {
 //
 // Providers that failed are returned as well; the others' candidates are
 // still usable.
-func (in *Injector) Lookup(ctx context.Context, image string) ([]Candidate, []Answer, []ProviderError) {
+func (in *Injector) Lookup(ctx context.Context, image string, pod *PodRef) ([]Candidate, []Answer, []ProviderError) {
 	var answers []Answer
 	var failed []ProviderError
 	for _, p := range in.plugins {
 		if !p.matches(image) {
 			continue
 		}
-		a, err := p.provide(ctx, image)
+		a, err := p.provide(ctx, image, pod)
 		if err != nil {
-			in.log.Warn("credential provider failed", "plugin", p.cfg.Name, "image", image, "err", err)
+			if errors.Is(err, ErrNoServiceAccountCredential) {
+				in.log.Debug("token credential provider not run for this pod", "plugin", p.cfg.Name, "image", image, "reason", err)
+			} else {
+				in.log.Warn("credential provider failed", "plugin", p.cfg.Name, "image", image, "err", err)
+			}
 			failed = append(failed, ProviderError{Provider: p.cfg.Name, Err: err})
 			continue
 		}
@@ -146,7 +163,7 @@ func candidates(image string, answers []Answer) []Candidate {
 			if !ok {
 				continue
 			}
-			c := ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred}, i}
+			c := ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred, ServiceAccount: a.ServiceAccount}, i}
 			if MatchImage(k, image) {
 				all = append(all, c)
 			} else if k == "index.docker.io" && isDefaultRegistryImage(image) {

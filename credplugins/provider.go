@@ -3,11 +3,13 @@ package credplugins
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
 // Credential is one username and password a plugin answered.
@@ -28,13 +30,17 @@ type Answer struct {
 	// cacheDuration, else the provider's default; 0 means not cached.
 	CacheDuration time.Duration
 	FromCache     bool
+	// ServiceAccount is the account whose token the plugin was given
+	// (KEP-4412); nil for a plain plugin, whose credentials are node-wide.
+	ServiceAccount *criproxy.ServiceAccountRef
 }
 
 // plugin is one configured provider with its cache, as the kubelet's
 // pluginProvider: a cache per provider, one exec per image at a time.
 type plugin struct {
-	cfg     Provider
-	runner  runner
+	cfg      Provider
+	runner   runner
+	identity Identity // for token providers
 	cache   *authcache.Cache[Answer]
 	metrics *metrics
 	log     *slog.Logger
@@ -53,9 +59,17 @@ func (p *plugin) matches(image string) bool {
 
 // provide returns the provider's answer for image (a repository without tag
 // or digest), from the cache when it holds one, else by running the plugin.
-// Concurrent calls for one image run the plugin once.
-func (p *plugin) provide(ctx context.Context, image string) (Answer, error) {
-	if a, _, ok := p.cache.Get(image, ""); ok {
+// Concurrent calls for one image (and service account) run it once. A
+// token provider (tokenAttributes) works for pod, as the kubelet does.
+func (p *plugin) provide(ctx context.Context, image string, pod *PodRef) (Answer, error) {
+	var sa saRequest
+	if p.cfg.TokenAttributes != nil {
+		var err error
+		if sa, err = p.serviceAccountRequest(ctx, pod); err != nil {
+			return Answer{}, err
+		}
+	}
+	if a, _, ok := p.cache.Get(image, sa.cacheKey); ok {
 		p.metrics.lookups.WithLabelValues(p.cfg.Name, "hit").Inc()
 		a.FromCache = true
 		return a, nil
@@ -64,8 +78,8 @@ func (p *plugin) provide(ctx context.Context, image string) (Answer, error) {
 	// The flight must not die with the first caller: the others wait on it.
 	// The exec has its own timeout.
 	flightCtx := context.WithoutCancel(ctx)
-	v, err, _ := p.cache.Do(authcache.FlightKey(image), func() (any, error) {
-		return p.exec(flightCtx, image)
+	v, err, _ := p.cache.Do(authcache.FlightKey(image, sa.cacheKey), func() (any, error) {
+		return p.exec(flightCtx, image, sa)
 	})
 	if err != nil {
 		return Answer{}, err
@@ -74,9 +88,9 @@ func (p *plugin) provide(ctx context.Context, image string) (Answer, error) {
 }
 
 // exec runs the plugin, caches its answer and returns it.
-func (p *plugin) exec(ctx context.Context, image string) (Answer, error) {
+func (p *plugin) exec(ctx context.Context, image string, sa saRequest) (Answer, error) {
 	start := p.now()
-	resp, stderr, err := p.runner.run(ctx, execRequest{Image: image})
+	resp, stderr, err := p.runner.run(ctx, execRequest{Image: image, ServiceAccountToken: sa.token, ServiceAccountAnnotations: sa.annotations})
 	p.metrics.duration.WithLabelValues(p.cfg.Name).Observe(p.now().Sub(start).Seconds())
 	if len(stderr) > 0 {
 		// A plugin's diagnostics, bounded; stdout (credentials) is never logged.
@@ -87,18 +101,24 @@ func (p *plugin) exec(ctx context.Context, image string) (Answer, error) {
 		p.metrics.calls.WithLabelValues(p.cfg.Name, resultOf(err)).Inc()
 		return Answer{}, err
 	}
-	p.metrics.calls.WithLabelValues(p.cfg.Name, resultSuccess).Inc()
 
-	a := Answer{Provider: p.cfg.Name, CacheKeyType: authcache.KeyType(resp.CacheKeyType), Auth: make(Auth, len(resp.Auth))}
+	a := Answer{Provider: p.cfg.Name, CacheKeyType: authcache.KeyType(resp.CacheKeyType), Auth: make(Auth, len(resp.Auth)), ServiceAccount: sa.account}
 	for k, c := range resp.Auth {
 		a.Auth[k] = Credential{Username: c.Username, Password: c.Password}
 	}
+	if p.cfg.TokenAttributes != nil && p.cfg.TokenAttributes.CacheType != "Token" && echoesToken(a.Auth, sa.token) {
+		// As the kubelet: a credential that is the token itself is only valid
+		// as long as the token; cached per service account it would outlive it.
+		p.metrics.calls.WithLabelValues(p.cfg.Name, resultInvalidResponse).Inc()
+		return Answer{}, fmt.Errorf("plugin %s: %w: it returned the service account token as a password, which needs cacheType Token", p.cfg.Name, ErrInvalidResponse)
+	}
+	p.metrics.calls.WithLabelValues(p.cfg.Name, resultSuccess).Inc()
 	// nil: the provider's default; an explicit 0: not cached.
 	a.CacheDuration = p.cfg.DefaultCacheDuration
 	if resp.CacheDuration != nil {
 		a.CacheDuration = resp.CacheDuration.Duration
 	}
-	if err := p.cache.Put(a.CacheKeyType, image, "", a, a.CacheDuration); err != nil {
+	if err := p.cache.Put(a.CacheKeyType, image, sa.cacheKey, a, a.CacheDuration); err != nil {
 		return Answer{}, err // unreachable: decodeResponse checked the key type
 	}
 	return a, nil

@@ -23,13 +23,19 @@ type fakeRunner struct {
 	auth     map[string]credentialproviderapi.AuthConfig
 	err      error
 	gate     chan struct{} // when set, runs wait for it
+	echo     bool          // answer the token as the password
 	runs     atomic.Int32
 	images   sync.Map // image -> true
+	mu       sync.Mutex
+	last     execRequest
 }
 
 func (f *fakeRunner) run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
 	f.runs.Add(1)
 	f.images.Store(req.Image, true)
+	f.mu.Lock()
+	f.last = req
+	f.mu.Unlock()
 	if f.gate != nil {
 		<-f.gate
 	}
@@ -37,6 +43,9 @@ func (f *fakeRunner) run(_ context.Context, req execRequest) (*credentialprovide
 		return nil, []byte("diagnostics"), f.err
 	}
 	r := &credentialproviderapi.CredentialProviderResponse{CacheKeyType: f.keyType, Auth: f.auth}
+	if f.echo {
+		r.Auth = map[string]credentialproviderapi.AuthConfig{"registry.test": {Username: "token", Password: req.ServiceAccountToken}}
+	}
 	if f.duration != nil {
 		r.CacheDuration = &metav1.Duration{Duration: *f.duration}
 	}
@@ -99,9 +108,9 @@ func TestCacheDurations(t *testing.T) {
 			f := &fakeRunner{keyType: "Image", duration: tc.respTTL, auth: cred}
 			in := newTestInjector(t, clk, prov("p", tc.defaultTTL, f, "registry.test"))
 			ctx := context.Background()
-			in.Lookup(ctx, "registry.test/app")
+			in.Lookup(ctx, "registry.test/app", nil)
 			clk.Step(tc.step)
-			in.Lookup(ctx, "registry.test/app")
+			in.Lookup(ctx, "registry.test/app", nil)
 			if got := f.runs.Load(); got != tc.wantRuns {
 				t.Errorf("plugin ran %d times, want %d", got, tc.wantRuns)
 			}
@@ -129,8 +138,8 @@ func TestCacheKeyTypes(t *testing.T) {
 			t.Parallel()
 			f := &fakeRunner{keyType: tc.keyType, auth: cred}
 			in := newTestInjector(t, testclock.NewFakeClock(t0), prov("p", time.Hour, f, "registry.test", "*.registry.test"))
-			in.Lookup(context.Background(), "registry.test/team/app")
-			in.Lookup(context.Background(), tc.second)
+			in.Lookup(context.Background(), "registry.test/team/app", nil)
+			in.Lookup(context.Background(), tc.second, nil)
 			if got := f.runs.Load(); got != tc.wantRuns {
 				t.Errorf("plugin ran %d times, want %d", got, tc.wantRuns)
 			}
@@ -148,7 +157,7 @@ func TestConcurrentPullsRunThePluginOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if c, _, failed := in.Lookup(context.Background(), "registry.test/app"); len(c) == 1 && len(failed) == 0 {
+			if c, _, failed := in.Lookup(context.Background(), "registry.test/app", nil); len(c) == 1 && len(failed) == 0 {
 				got.Add(1)
 			}
 		}()
@@ -176,7 +185,7 @@ func TestLookupMatchesProviders(t *testing.T) {
 		prov("other", time.Hour, other, "other.test"),
 		prov("broken", time.Hour, failing, "*.test"),
 		prov("good", time.Hour, matching, "registry.test"))
-	cands, answers, failed := in.Lookup(context.Background(), "registry.test/app")
+	cands, answers, failed := in.Lookup(context.Background(), "registry.test/app", nil)
 	if other.runs.Load() != 0 {
 		t.Errorf("a provider that does not match the image ran")
 	}

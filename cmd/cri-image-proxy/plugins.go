@@ -144,7 +144,7 @@ func pluginsTest(ctx context.Context, out io.Writer, cfg *credplugins.Config, im
 		}
 	}
 	start := time.Now()
-	cands, answers, failed := in.Lookup(ctx, repo)
+	cands, answers, failed := in.Lookup(ctx, repo, nil)
 	fmt.Fprintf(out, "\nran the matching plugins in %v\n", time.Since(start).Round(time.Millisecond))
 	for _, a := range answers {
 		cache := fmt.Sprintf("cached %v under its %s key", a.CacheDuration, a.CacheKeyType)

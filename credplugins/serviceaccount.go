@@ -1,0 +1,136 @@
+package credplugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+)
+
+// Identity is what service-account-token providers (KEP-4412) need of the
+// Kubernetes API; podtoken.Source is the real one.
+type Identity interface {
+	// Pod returns the pod namespace/name with UID uid, or an error.
+	Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error)
+	// ServiceAccount reads a service account, live.
+	ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
+	// Token returns a token of sa for audience, bound to pod.
+	Token(ctx context.Context, pod *corev1.Pod, sa *corev1.ServiceAccount, audience string) (string, error)
+}
+
+// PodRef is a pod as the CRI's sandbox metadata names it.
+type PodRef struct {
+	Namespace, Name, UID string
+}
+
+// ErrNoServiceAccountCredential marks a token provider that was not run
+// for a pod, by its configuration: no pod identity, no service account, a
+// required annotation missing. It is not a failure of the plugin.
+var ErrNoServiceAccountCredential = errors.New("not run for this pod")
+
+// saRequest is what a token provider runs with for one pod.
+type saRequest struct {
+	token       string
+	annotations map[string]string
+	account     *criproxy.ServiceAccountRef // nil when run without a token
+	cacheKey    string                      // the extra cache key part
+}
+
+// serviceAccountRequest prepares a token provider's run for pod, as the
+// kubelet does (pkg/credentialprovider/plugin/plugin.go): the pod's
+// service account, the required and optional annotations it asks for, a
+// token bound to the pod, and the cache key that goes with them.
+func (p *plugin) serviceAccountRequest(ctx context.Context, pod *PodRef) (saRequest, error) {
+	ta := p.cfg.TokenAttributes
+	require := ta.RequireServiceAccount != nil && *ta.RequireServiceAccount
+	if pod == nil || pod.UID == "" {
+		if require {
+			return saRequest{}, fmt.Errorf("plugin %s needs the pod's service account and the pull names no pod: %w", p.cfg.Name, ErrNoServiceAccountCredential)
+		}
+		return saRequest{}, nil
+	}
+	if p.identity == nil {
+		return saRequest{}, fmt.Errorf("plugin %s needs the Kubernetes API (tokenAttributes) and none is configured", p.cfg.Name)
+	}
+	kpod, err := p.identity.Pod(ctx, pod.Namespace, pod.Name, pod.UID)
+	if err != nil {
+		return saRequest{}, err
+	}
+	saName := kpod.Spec.ServiceAccountName
+	if saName == "" {
+		if require {
+			return saRequest{}, fmt.Errorf("plugin %s: pod %s/%s has no service account: %w", p.cfg.Name, pod.Namespace, pod.Name, ErrNoServiceAccountCredential)
+		}
+		return saRequest{}, nil
+	}
+	sa, err := p.identity.ServiceAccount(ctx, pod.Namespace, saName)
+	if err != nil {
+		return saRequest{}, err
+	}
+	ann := make(map[string]string, len(ta.RequiredServiceAccountAnnotationKeys)+len(ta.OptionalServiceAccountAnnotationKeys))
+	for _, k := range ta.RequiredServiceAccountAnnotationKeys {
+		v, ok := sa.Annotations[k]
+		if !ok {
+			// A required annotation is how a workload opts in: without it the
+			// plugin is not run.
+			return saRequest{}, fmt.Errorf("plugin %s: service account %s/%s lacks the required annotation %s: %w", p.cfg.Name, sa.Namespace, sa.Name, k, ErrNoServiceAccountCredential)
+		}
+		ann[k] = v
+	}
+	for _, k := range ta.OptionalServiceAccountAnnotationKeys {
+		if v, ok := sa.Annotations[k]; ok {
+			ann[k] = v
+		}
+	}
+	tok, err := p.identity.Token(ctx, kpod, sa, ta.ServiceAccountTokenAudience)
+	if err != nil {
+		return saRequest{}, err
+	}
+	r := saRequest{
+		token:       tok,
+		annotations: ann,
+		account:     &criproxy.ServiceAccountRef{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)},
+	}
+	// The cache key: the account (namespace, name, UID) and the annotations
+	// passed; with cacheType Token, the token's hash too.
+	parts := []string{sa.Namespace, sa.Name, string(sa.UID), fmt.Sprint(len(ann))}
+	keys := make([]string, 0, len(ann))
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		parts = append(parts, k, ann[k])
+	}
+	if ta.CacheType == "Token" {
+		parts = append(parts, "token", hashToken(tok))
+	}
+	r.cacheKey = authcache.FlightKey(parts...)
+	return r, nil
+}
+
+func hashToken(t string) string {
+	sum := sha256.Sum256([]byte(t))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// echoesToken reports whether a response hands the token itself back as a
+// password, which is safe only when it is cached per token.
+func echoesToken(a Auth, token string) bool {
+	if token == "" {
+		return false
+	}
+	for _, c := range a {
+		if c.Password == token {
+			return true
+		}
+	}
+	return false
+}

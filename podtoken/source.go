@@ -1,0 +1,256 @@
+package podtoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// ErrPodMismatch is returned when the API's pod of that name is not the
+// pod the runtime knows (another UID): it was deleted and re-created.
+var ErrPodMismatch = errors.New("the pod's UID differs from the sandbox's")
+
+// Options configure a Source.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.WithTicker
+	// SecretTTL is how long a pull secret read for ImageStatus is reused.
+	// Default 30s.
+	SecretTTL time.Duration
+}
+
+// Source is the API-side identity of the node's pods. It is safe for
+// concurrent use once Start has been called.
+type Source struct {
+	client kubernetes.Interface
+	node   string
+	log    *slog.Logger
+	clock  clock.WithTicker
+
+	factory informers.SharedInformerFactory
+	pods    corelisters.PodLister
+	synced  func() bool
+
+	mu      sync.Mutex
+	tokens  map[tokenKey]*token
+	secrets map[types.NamespacedName]cachedSecret
+	secTTL  time.Duration
+}
+
+type tokenKey struct {
+	podUID, saName, saUID, audience string
+}
+
+type token struct {
+	value     string
+	refreshAt time.Time // 80% of its life, or 24h, whichever comes first
+	expires   time.Time
+}
+
+type cachedSecret struct {
+	secret *corev1.Secret
+	err    error
+	until  time.Time
+}
+
+// New returns a Source for the pods of node.
+func New(client kubernetes.Interface, node string, opts Options) *Source {
+	s := &Source{client: client, node: node, log: opts.Logger, clock: opts.Clock, secTTL: opts.SecretTTL,
+		tokens: map[tokenKey]*token{}, secrets: map[types.NamespacedName]cachedSecret{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	if s.secTTL <= 0 {
+		s.secTTL = 30 * time.Second
+	}
+	s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}))
+	inf := s.factory.Core().V1().Pods()
+	s.pods = inf.Lister()
+	s.synced = inf.Informer().HasSynced
+	return s
+}
+
+// Start starts the pod informer and the cleanup of expired tokens; both
+// stop with ctx.
+func (s *Source) Start(ctx context.Context) {
+	s.factory.Start(ctx.Done())
+	go func() {
+		t := s.clock.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+				s.dropExpired()
+			}
+		}
+	}()
+}
+
+// WaitForSync waits until the informer has listed the node's pods, or ctx ends.
+func (s *Source) WaitForSync(ctx context.Context) bool {
+	for !s.synced() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// Synced reports whether the informer has listed the node's pods.
+func (s *Source) Synced() bool { return s.synced() }
+
+// Pod returns the pod namespace/name whose UID is uid: from the informer,
+// else with a GET (a pod the informer has not seen yet).
+func (s *Source) Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error) {
+	if s.synced() {
+		if p, err := s.pods.Pods(namespace).Get(name); err == nil && string(p.UID) == uid {
+			return p, nil
+		}
+	}
+	p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
+	}
+	if string(p.UID) != uid {
+		return nil, fmt.Errorf("pod %s/%s has UID %s, the sandbox %s: %w", namespace, name, p.UID, uid, ErrPodMismatch)
+	}
+	return p, nil
+}
+
+// PodsOnNode lists the node's pods the informer holds; nil before it synced.
+func (s *Source) PodsOnNode() []*corev1.Pod {
+	if !s.synced() {
+		return nil
+	}
+	pods, _ := s.pods.List(labels.Everything())
+	return pods
+}
+
+// ServiceAccount reads a service account, live: a deleted and re-created
+// account must be seen with its new UID at once.
+func (s *Source) ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	sa, err := s.client.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("service account %s/%s: %w", namespace, name, err)
+	}
+	return sa, nil
+}
+
+// Token returns a token of the service account sa for audience, bound to
+// pod, minting one when none is cached or the cached one is past 80% of
+// its life. The API refuses when sa's UID changed since it was read.
+func (s *Source) Token(ctx context.Context, pod *corev1.Pod, sa *corev1.ServiceAccount, audience string) (string, error) {
+	key := tokenKey{podUID: string(pod.UID), saName: sa.Name, saUID: string(sa.UID), audience: audience}
+	now := s.clock.Now()
+	s.mu.Lock()
+	t := s.tokens[key]
+	s.mu.Unlock()
+	if t != nil && now.Before(t.refreshAt) {
+		return t.value, nil
+	}
+	tr, err := s.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		// The API refuses the request if the account's UID is no longer this one.
+		ObjectMeta: metav1.ObjectMeta{UID: sa.UID},
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{audience},
+			BoundObjectRef: &authenticationv1.BoundObjectReference{
+				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		if t != nil && now.Before(t.expires) {
+			// As the kubelet: keep serving the old token while it is valid.
+			s.log.Warn("refreshing a service account token failed; using the current one", "serviceAccount", pod.Namespace+"/"+sa.Name, "err", err)
+			return t.value, nil
+		}
+		return "", fmt.Errorf("token for service account %s/%s (audience %q, pod %s): %w", pod.Namespace, sa.Name, audience, pod.Name, err)
+	}
+	exp := tr.Status.ExpirationTimestamp.Time
+	life := exp.Sub(now)
+	refresh := now.Add(life * 8 / 10)
+	if d := now.Add(24 * time.Hour); refresh.After(d) {
+		refresh = d
+	}
+	s.mu.Lock()
+	s.tokens[key] = &token{value: tr.Status.Token, refreshAt: refresh, expires: exp}
+	s.mu.Unlock()
+	return tr.Status.Token, nil
+}
+
+// dropExpired forgets expired tokens and secrets.
+func (s *Source) dropExpired() {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, t := range s.tokens {
+		if !now.Before(t.expires) {
+			delete(s.tokens, k)
+		}
+	}
+	for k, c := range s.secrets {
+		if !now.Before(c.until) {
+			delete(s.secrets, k)
+		}
+	}
+}
+
+// DropPod forgets the tokens minted for a pod.
+func (s *Source) DropPod(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.tokens {
+		if k.podUID == uid {
+			delete(s.tokens, k)
+		}
+	}
+}
+
+// Secret reads a secret, reusing a read of the last SecretTTL. A secret
+// that does not exist is an error wrapping the API's NotFound.
+func (s *Source) Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	now := s.clock.Now()
+	s.mu.Lock()
+	c, ok := s.secrets[key]
+	s.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.secret, c.err
+	}
+	sec, err := s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		err = fmt.Errorf("secret %s/%s: %w", namespace, name, err)
+		if !apierrors.IsNotFound(err) {
+			return nil, err // not cached: try again next time
+		}
+	}
+	s.mu.Lock()
+	s.secrets[key] = cachedSecret{secret: sec, err: err, until: now.Add(s.secTTL)}
+	s.mu.Unlock()
+	return sec, err
+}
+
