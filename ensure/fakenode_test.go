@@ -2,6 +2,7 @@ package ensure_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"sync"
 
@@ -189,3 +190,5 @@ func cred(userPass string) *runtimeapi.AuthConfig {
 	u, p, _ := strings.Cut(userPass, ":")
 	return &runtimeapi.AuthConfig{Username: u, Password: p}
 }
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

@@ -78,6 +78,11 @@ type GuardOptions struct {
 	// GracePeriod keeps records of images the runtime no longer lists, and
 	// grants of pods it no longer runs, this long. Default 10m.
 	GracePeriod time.Duration
+	// Pods reads the node's pods from the Kubernetes API; nil without one.
+	// With it, service accounts are checked on verified re-uses, and an
+	// image is shown to ImageStatus (and CreateContainer allowed) when the
+	// pods waiting for it are entitled to it.
+	Pods NodePods
 }
 
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
@@ -94,6 +99,7 @@ type Guard struct {
 	log       *slog.Logger
 	clock     clock.PassiveClock
 	grace     time.Duration
+	pods      NodePods
 
 	// names remembers parsed image names (image -> parsedName).
 	names    sync.Map
@@ -120,7 +126,7 @@ func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes
 	g := &Guard{
 		store: store, policy: policy, images: images, sandboxes: sandboxes,
 		grants: newGrantTable(), pending: newPendingTable(),
-		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod,
+		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods,
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -254,8 +260,8 @@ func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) 
 	case cred.Hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == cred.Hash }):
 		return true, "the request's credential was verified for " + repo
 	case cred.ServiceAccount != nil && slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount):
-		return true, "the service account was verified for " + repo
-	case cred.Hash == "" && cred.ServiceAccount == nil && c.NodePodsAccessible:
+		return true, "the pod's service account was verified for " + repo
+	case cred.Hash == "" && c.NodePodsAccessible:
 		return true, repo + " is accessible to all pods of the node"
 	}
 	return false, "the request's credential was never verified for " + repo
@@ -355,6 +361,10 @@ func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequ
 	if !d.verify {
 		return resp, nil
 	}
+	if ok, why := g.showToWaiters(ctx, name, resp.Image.Id, repo); ok {
+		g.logDecision(ctx, "ImageStatus: shown", name, resp.Image.Id, "", why)
+		return resp, nil
+	}
 	g.hidden.add(name, resp.Image.Id, g.clock.Now())
 	g.metrics.hidden.Inc()
 	g.logDecision(ctx, "ImageStatus: hidden", name, resp.Image.Id, "", d.rule)
@@ -374,7 +384,15 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	pod := req.GetSandboxConfig().GetMetadata()
 
 	if ref, hidden := g.hidden.peek(name, g.clock.Now()); hidden {
-		if ok, why := g.verified(ref, repo, cred); ok {
+		check := cred
+		if check.Hash == "" && g.pods != nil && pod.GetUid() != "" {
+			// A pull without auth may come from a pod whose service account
+			// was verified (a token plugin behind the proxy).
+			if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
+				check.ServiceAccount = g.podAccount(ctx, kpod)
+			}
+		}
+		if ok, why := g.verified(ref, repo, check); ok {
 			g.hidden.take(name)
 			g.grants.grant(pod.GetUid(), ref, g.clock.Now())
 			g.metrics.reuses.Inc()
@@ -391,6 +409,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
+	ctx, reported := criproxy.WithPullReport(ctx)
 	resp, err := next(ctx, req)
 	if err != nil {
 		g.metrics.pulls.WithLabelValues("failure").Inc()
@@ -402,9 +421,14 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	g.metrics.pulls.WithLabelValues("success").Inc()
 	g.hidden.take(name)
 	if cred.Hash == "" {
-		// Anonymous, or credentials injected from node-wide plugins: every
-		// pod of the node could pull it the same way.
-		cred.Node = true
+		if r, ok := reported(); ok && r.ServiceAccount != nil {
+			// A token plugin pulled it with the pod's service account.
+			cred.ServiceAccount = &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}
+		} else {
+			// Anonymous, or credentials injected from node-wide plugins: every
+			// pod of the node could pull it the same way.
+			cred.Node = true
+		}
 	}
 	if err := g.store.RecordPull(resp.GetImageRef(), repo, cred, intent, g.clock.Now()); err != nil {
 		// The intent stays: at the next start the image needs verification.
@@ -433,6 +457,16 @@ func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateConta
 	if !d.verify || g.grants.has(pod.GetUid(), ref) {
 		g.logDecision(ctx, "CreateContainer: allowed", shown, ref, podName(pod), d.rule)
 		return next(ctx, req)
+	}
+	if g.pods != nil && repo != "" && pod.GetUid() != "" {
+		// A pod the image was shown to (it is entitled) starts without a pull.
+		if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
+			if ok, why := g.entitled(ctx, kpod, ref, repo); ok {
+				g.grants.grant(pod.GetUid(), ref, g.clock.Now())
+				g.logDecision(ctx, "CreateContainer: allowed", shown, ref, podName(pod), why)
+				return next(ctx, req)
+			}
+		}
 	}
 	g.metrics.denials.Inc()
 	g.logDecision(ctx, "CreateContainer: denied", shown, ref, podName(pod), d.rule)

@@ -54,4 +54,8 @@ if [ ! -x "$TOOLS_DIR/crictl" ] || [ ! -x "$TOOLS_DIR/critest" ] ||
 	mv "$TOOLS_DIR/crictl.new" "$TOOLS_DIR/crictl"
 	mv "$TOOLS_DIR/critest.new" "$TOOLS_DIR/critest"
 fi
+# 3. kube-apiserver and etcd for the service-account tests (module hack/k8s;
+#    5-11 minutes on a cold Go cache, kept in $TOOLS_DIR afterwards).
+TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" kube-apiserver etcd
+
 log "ready: $(containerd --version 2>/dev/null | head -1); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"

@@ -254,3 +254,21 @@ func (s *Source) Secret(ctx context.Context, namespace, name string) (*corev1.Se
 	return sec, err
 }
 
+
+// PodServiceAccount returns the coordinates (namespace, name, UID) of the
+// service account of the pod namespace/name with UID uid; an empty name
+// when the pod has none.
+func (s *Source) PodServiceAccount(ctx context.Context, namespace, name, uid string) (saName, saUID string, err error) {
+	p, err := s.Pod(ctx, namespace, name, uid)
+	if err != nil {
+		return "", "", err
+	}
+	if p.Spec.ServiceAccountName == "" {
+		return "", "", nil
+	}
+	sa, err := s.ServiceAccount(ctx, namespace, p.Spec.ServiceAccountName)
+	if err != nil {
+		return "", "", err
+	}
+	return sa.Name, string(sa.UID), nil
+}

@@ -1,0 +1,190 @@
+package ensure
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
+)
+
+// NodePods is what the guard reads of the Kubernetes API, when it has one:
+// the node's pods, their pull secrets and service accounts.
+// podtoken.Source is the real one.
+type NodePods interface {
+	// PodsOnNode lists the node's pods (an informer's cache); nil when it
+	// has not synced.
+	PodsOnNode() []*corev1.Pod
+	// Pod returns the pod namespace/name with UID uid.
+	Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error)
+	// Secret reads a secret.
+	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	// ServiceAccount reads a service account.
+	ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
+}
+
+// podAccount returns the pod's service account coordinates, nil when it
+// has none or they cannot be read.
+func (g *Guard) podAccount(ctx context.Context, pod *corev1.Pod) *ServiceAccount {
+	if pod.Spec.ServiceAccountName == "" {
+		return nil
+	}
+	sa, err := g.pods.ServiceAccount(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
+	if err != nil {
+		return nil
+	}
+	return &ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)}
+}
+
+// entitled reports whether pod may use imageRef as repo with what it would
+// pull with: one of its pull secrets whose credential for repo has its
+// salted hash in the record, or its service account in the record. The
+// kubelet decides so (MustAttemptImagePull) before it asks the runtime;
+// the proxy sees only ImageStatus and CreateContainer, so it reads the
+// pod from the API. Any read error means "not entitled".
+func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo string) (bool, string) {
+	rec, err := g.store.Get(imageRef)
+	if err != nil {
+		return false, ""
+	}
+	c, ok := rec.CredentialMapping[repo]
+	if !ok {
+		return false, ""
+	}
+	if c.NodePodsAccessible {
+		return true, "accessible to all pods of the node"
+	}
+	if len(c.KubernetesServiceAccounts) > 0 {
+		if sa := g.podAccount(ctx, pod); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
+			return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
+		}
+	}
+	if len(c.KubernetesSecrets) == 0 {
+		return false, ""
+	}
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			continue
+		}
+		for _, a := range secretCredentials(sec, repo) {
+			h := g.store.HashAuth(a)
+			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
+				return true, "its pull secret " + pod.Namespace + "/" + ref.Name + " was verified for " + repo
+			}
+		}
+	}
+	return false, ""
+}
+
+// secretCredentials returns the credentials of a docker config secret
+// that match repo, as the kubelet's keyring would send them to the
+// runtime: username and password only.
+func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig {
+	type entry struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+		Auth     string `json:"auth"`
+	}
+	auths := map[string]entry{}
+	switch sec.Type {
+	case corev1.SecretTypeDockerConfigJson:
+		var cfg struct {
+			Auths map[string]entry `json:"auths"`
+		}
+		if json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &cfg) != nil {
+			return nil
+		}
+		auths = cfg.Auths
+	case corev1.SecretTypeDockercfg:
+		if json.Unmarshal(sec.Data[corev1.DockerConfigKey], &auths) != nil {
+			return nil
+		}
+	default:
+		return nil
+	}
+	var out []*runtimeapi.AuthConfig
+	for k, e := range auths {
+		key, ok := credplugins.AuthKey(k)
+		if !ok || !credplugins.MatchImage(key, repo) {
+			continue
+		}
+		if e.Auth != "" {
+			// The kubelet decodes "auth" into username and password.
+			if dec, err := base64.StdEncoding.DecodeString(e.Auth); err == nil {
+				if u, p, found := strings.Cut(string(dec), ":"); found {
+					e.Username, e.Password = u, p
+				}
+			}
+		}
+		out = append(out, &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password})
+	}
+	return out
+}
+
+// waitingContainers returns, per pod of the node, the containers of image
+// (as the kubelet names it) that are not running yet: what an ImageStatus
+// for image can be for.
+func (g *Guard) waitingContainers(image string) map[*corev1.Pod][]corev1.Container {
+	want, ok := normalizedRef(image)
+	if !ok {
+		return nil
+	}
+	out := map[*corev1.Pod][]corev1.Container{}
+	for _, p := range g.pods.PodsOnNode() {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		started := map[string]bool{}
+		for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+			for _, st := range list {
+				started[st.Name] = st.State.Running != nil || st.State.Terminated != nil
+			}
+		}
+		var cs []corev1.Container
+		cs = append(cs, p.Spec.InitContainers...)
+		cs = append(cs, p.Spec.Containers...)
+		for _, e := range p.Spec.EphemeralContainers {
+			cs = append(cs, corev1.Container(e.EphemeralContainerCommon))
+		}
+		for _, c := range cs {
+			if n, ok := normalizedRef(c.Image); ok && n == want && !started[c.Name] {
+				out[p] = append(out[p], c)
+			}
+		}
+	}
+	return out
+}
+
+// showToWaiters reports whether ImageStatus may show the image although it
+// needs verification, because of the pods waiting for it: at least one is
+// entitled to it, and every other one could not verify by pulling anyway
+// (pull policy Never: it is then refused at CreateContainer instead of
+// ErrImageNeverPull). A waiting pod that could pull keeps the image hidden,
+// so that it does. In doubt (no API, no pod), hidden.
+func (g *Guard) showToWaiters(ctx context.Context, image, imageRef, repo string) (bool, string) {
+	if g.pods == nil {
+		return false, ""
+	}
+	var entitled []string
+	for pod, containers := range g.waitingContainers(image) {
+		if ok, _ := g.entitled(ctx, pod, imageRef, repo); ok {
+			entitled = append(entitled, pod.Namespace+"/"+pod.Name)
+			continue
+		}
+		for _, c := range containers {
+			if c.ImagePullPolicy != corev1.PullNever {
+				return false, ""
+			}
+		}
+	}
+	if len(entitled) == 0 {
+		return false, ""
+	}
+	return true, "pods waiting for it are entitled (" + strings.Join(entitled, ", ") + "); the others would be refused at CreateContainer"
+}

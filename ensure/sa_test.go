@@ -1,0 +1,188 @@
+package ensure_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
+)
+
+// apiSetup is a guard with a (fake) Kubernetes API behind it.
+type apiSetup struct {
+	*setup
+	client *fake.Clientset
+}
+
+func newAPISetup(t *testing.T) *apiSetup {
+	t.Helper()
+	s := &apiSetup{setup: newSetup(t, ensure.NeverVerifyPreloadedImages), client: fake.NewClientset()}
+	src := podtoken.New(s.client, "node", podtoken.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	src.Start(ctx)
+	src.WaitForSync(ctx)
+	p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+	var err error
+	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock, Pods: src}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *apiSetup) create(t *testing.T, objs ...any) {
+	t.Helper()
+	ctx := context.Background()
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *corev1.Pod:
+			_, err = s.client.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ServiceAccount:
+			_, err = s.client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Secret:
+			_, err = s.client.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let the informer see them.
+	time.Sleep(100 * time.Millisecond)
+}
+
+func apiPod(ns, name, uid, sa, image string, secrets ...string) *corev1.Pod {
+	return policyPod(ns, name, uid, sa, image, corev1.PullNever, secrets...)
+}
+
+func policyPod(ns, name, uid, sa, image string, policy corev1.PullPolicy, secrets ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)},
+		Spec: corev1.PodSpec{NodeName: "node", ServiceAccountName: sa, Containers: []corev1.Container{{Name: "app", Image: image, ImagePullPolicy: policy}}}}
+	for _, s := range secrets {
+		p.Spec.ImagePullSecrets = append(p.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	return p
+}
+
+func pullSecret(ns, name, registry, userPass string) *corev1.Secret {
+	b, _ := json.Marshal(map[string]any{"auths": map[string]any{registry: map[string]string{"auth": b64(userPass)}}})
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: b}}
+}
+
+func sandbox(ns, name, uid string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Namespace: ns, Name: name, Uid: uid}}
+}
+
+func TestPodAwareImageStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newAPISetup(t)
+	s.create(t, pullSecret("a", "regcred", "registry.test", "alice:a-pw"), pullSecret("b", "other", "registry.test", "bob:b-pw"))
+	// A pulls with its secret's credential: recorded.
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	status := func() bool {
+		st, _ := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.nodeImageStatus)
+		return st.GetImage() != nil
+	}
+	create := func(ns, name, uid string) error {
+		_, err := s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: refApp, UserSpecifiedImage: private}},
+			SandboxConfig: sandbox(ns, name, uid)}, s.node.CreateContainer)
+		return err
+	}
+
+	t.Run("a Never pod whose pull secret is verified sees the image and starts", func(t *testing.T) {
+		s.create(t, apiPod("a", "never-a", "uid-never-a", "", private, "regcred"))
+		if !status() {
+			t.Fatalf("the entitled pod's ImageStatus is hidden")
+		}
+		if err := create("a", "never-a", "uid-never-a"); err != nil {
+			t.Errorf("CreateContainer: %v", err)
+		}
+	})
+	t.Run("a Never pod that is not entitled, waiting too, is refused at CreateContainer", func(t *testing.T) {
+		s.create(t, apiPod("b", "never-b", "uid-never-b", "", private, "other"))
+		if !status() {
+			t.Errorf("the entitled pod lost sight of the image")
+		}
+		if err := create("b", "never-b", "uid-never-b"); err == nil || !strings.Contains(toStatus(err).Error(), "PermissionDenied") {
+			t.Errorf("B's container: %v", err)
+		}
+		if err := create("a", "never-a", "uid-never-a"); err != nil {
+			t.Errorf("A's container: %v", err)
+		}
+	})
+	t.Run("a waiting pod that could verify by pulling keeps the image hidden, so that it pulls", func(t *testing.T) {
+		s.create(t, policyPod("b", "ifnotpresent-b", "uid-inp-b", "", private, corev1.PullIfNotPresent, "other"))
+		if status() {
+			t.Errorf("the image is shown while an IfNotPresent pod without a verified credential waits for it")
+		}
+	})
+}
+
+func TestServiceAccountRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newAPISetup(t)
+	s.create(t,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "builder", UID: "sa-1"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "builder", UID: "sa-2"}},
+		policyPod("a", "p1", "uid-p1", "builder", private, corev1.PullIfNotPresent), policyPod("a", "p2", "uid-p2", "builder", private, corev1.PullIfNotPresent),
+		policyPod("b", "q1", "uid-q1", "builder", private, corev1.PullIfNotPresent))
+	// The injector behind the guard pulls with a token plugin's credential
+	// for the pod's account, and says so.
+	tokenPull := func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+		m := req.GetSandboxConfig().GetMetadata()
+		criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: "tp", ServiceAccount: &criproxy.ServiceAccountRef{
+			Namespace: m.Namespace, Name: "builder", UID: map[string]string{"a": "sa-1", "b": "sa-2"}[m.Namespace]}})
+		req.Auth = cred("alice:a-pw")
+		return s.node.PullImage(ctx, req)
+	}
+	pull := func(ns, name, uid string) (registryRequests int, err error) {
+		before := s.node.registryRequests()
+		spec := &runtimeapi.ImageSpec{Image: private}
+		if st, _ := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}, s.nodeImageStatus); st.GetImage() != nil {
+			return 0, nil
+		}
+		_, err = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: sandbox(ns, name, uid)}, tokenPull)
+		return s.node.registryRequests() - before, err
+	}
+
+	if n, err := pull("a", "p1", "uid-p1"); n != 1 || err != nil {
+		t.Fatalf("first pull: %d requests, %v", n, err)
+	}
+	rec, _ := s.store.Get(refApp)
+	if sas := rec.CredentialMapping["registry.test/team-a/app"].KubernetesServiceAccounts; len(sas) != 1 || sas[0].UID != "sa-1" {
+		t.Fatalf("recorded %+v, want the service account a/builder", sas)
+	}
+	t.Run("the same service account re-uses the image with no registry request", func(t *testing.T) {
+		if n, err := pull("a", "p2", "uid-p2"); n != 0 || err != nil {
+			t.Errorf("%d registry requests, %v", n, err)
+		}
+	})
+	t.Run("another service account verifies at the registry", func(t *testing.T) {
+		if n, err := pull("b", "q1", "uid-q1"); n != 1 || err != nil {
+			t.Errorf("%d registry requests, %v", n, err)
+		}
+	})
+	t.Run("a re-created service account (new UID) verifies again", func(t *testing.T) {
+		s.client.CoreV1().ServiceAccounts("a").Delete(ctx, "builder", metav1.DeleteOptions{})
+		s.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "builder", UID: "sa-1-new"}})
+		if n, _ := pull("a", "p2", "uid-p2"); n != 1 {
+			t.Errorf("%d registry requests, want 1", n)
+		}
+	})
+}
