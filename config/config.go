@@ -72,6 +72,19 @@ type ProxyConfiguration struct {
 	// pulled with credentials is handed only to pods whose credentials were
 	// verified for it.
 	EnsureSecretPulledImages EnsureSecretPulledImages `json:"ensureSecretPulledImages"`
+	// Kubernetes gives the proxy the Kubernetes API, which service-account
+	// token providers (KEP-4412) need, and with which ensure decisions see
+	// pods' service accounts and pull secrets. Absent: no API.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+}
+
+// Kubernetes is how the proxy reaches the API server.
+type Kubernetes struct {
+	// Kubeconfig is the kubeconfig file (its user may be an exec credential
+	// plugin, KEP-541). Empty: the in-cluster configuration (a DaemonSet).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// NodeName is this node's name in the API. Default: the host name.
+	NodeName string `json:"nodeName,omitempty"`
 }
 
 // EnsureSecretPulledImages configures KEP-2535 enforcement.
@@ -189,6 +202,9 @@ func (c *ProxyConfiguration) SetDefaults() {
 	if e.AdminSocket == "" {
 		e.AdminSocket = DefaultAdminSocket
 	}
+	if k := c.Kubernetes; k != nil && k.NodeName == "" {
+		k.NodeName, _ = os.Hostname()
+	}
 	if cp := c.CredentialProviders; cp != nil {
 		if cp.ExecTimeout.Duration == 0 {
 			cp.ExecTimeout.Duration = DefaultPluginExecTimeout
@@ -290,6 +306,14 @@ func (c *ProxyConfiguration) Validate() error {
 		}
 	}
 	errs = append(errs, validateEnsure(field.NewPath("ensureSecretPulledImages"), &c.EnsureSecretPulledImages)...)
+	if k := c.Kubernetes; k != nil {
+		if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
+			errs = append(errs, field.Invalid(field.NewPath("kubernetes", "kubeconfig"), k.Kubeconfig, "must be an absolute path"))
+		}
+		if k.NodeName == "" {
+			errs = append(errs, field.Required(field.NewPath("kubernetes", "nodeName"), "this node's name in the API"))
+		}
+	}
 	return errs.ToAggregate()
 }
 

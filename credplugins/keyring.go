@@ -73,9 +73,9 @@ func New(cfg *Config, opts Options) (*Injector, error) {
 			cfg:      pc,
 			identity: opts.Identity,
 			runner:   newExecPlugin(pc, cfg.BinDir, opts.ExecTimeout),
-			metrics: in.metrics,
-			log:     log,
-			now:     clk.Now,
+			metrics:  in.metrics,
+			log:      log,
+			now:      clk.Now,
 			cache: authcache.New[Answer](authcache.Options{Clock: clk, MaxEntries: opts.CacheSize, OnEvict: func(n int) {
 				in.metrics.evictions.WithLabelValues(name).Add(float64(n))
 			}}),

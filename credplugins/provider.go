@@ -41,10 +41,10 @@ type plugin struct {
 	cfg      Provider
 	runner   runner
 	identity Identity // for token providers
-	cache   *authcache.Cache[Answer]
-	metrics *metrics
-	log     *slog.Logger
-	now     func() time.Time
+	cache    *authcache.Cache[Answer]
+	metrics  *metrics
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // matches reports whether the provider handles image.

@@ -190,4 +190,3 @@ func TestTokenProviders(t *testing.T) {
 		}
 	})
 }
-

@@ -18,6 +18,7 @@ var (
 	testRig    *rig.Rig
 	proxyBin   string // the cri-image-proxy binary under test
 	pluginBin  string // the docker-config-credential-provider plugin
+	tokenBin   string // the sa-token-credential-provider plugin
 	proxySock  string // where the shared proxy serves
 	proxyProc  *rig.Proc
 	skipReason string
@@ -45,7 +46,8 @@ func run(m *testing.M) int {
 	proxyBin = filepath.Join(dir, "cri-image-proxy")
 	logf("building %s", proxyBin)
 	pluginBin = filepath.Join(dir, "docker-config-credential-provider")
-	for bin, pkg := range map[string]string{proxyBin: "../cmd/cri-image-proxy", pluginBin: "../cmd/docker-config-credential-provider"} {
+	tokenBin = filepath.Join(dir, "sa-token-credential-provider")
+	for bin, pkg := range map[string]string{proxyBin: "../cmd/cri-image-proxy", pluginBin: "../cmd/docker-config-credential-provider", tokenBin: "../cmd/sa-token-credential-provider"} {
 		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 			logf("build %s: %v\n%s", pkg, err, out)
 			return 1
@@ -59,6 +61,9 @@ func run(m *testing.M) int {
 	}
 	defer func() {
 		logf("stopping the rig")
+		if testKube != nil {
+			testKube.Stop()
+		}
 		if proxyProc != nil {
 			proxyProc.Stop(10 * time.Second)
 		}

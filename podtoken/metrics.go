@@ -75,5 +75,4 @@ func (a resultAdapter) Increment(_ context.Context, code, method, host string) {
 	a.v.WithLabelValues(code, method, host).Inc()
 }
 
-
 func nan() float64 { return math.NaN() }

@@ -254,7 +254,6 @@ func (s *Source) Secret(ctx context.Context, namespace, name string) (*corev1.Se
 	return sec, err
 }
 
-
 // PodServiceAccount returns the coordinates (namespace, name, UID) of the
 // service account of the pod namespace/name with UID uid; an empty name
 // when the pod has none.

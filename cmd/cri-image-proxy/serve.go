@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
@@ -22,6 +25,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
+	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
 
 // serveFlags are the command-line overrides of the configuration file.
@@ -38,6 +42,8 @@ type serveFlags struct {
 	logFormat         string
 	providerConfig    string
 	providerBinDir    string
+	kubeconfig        string
+	nodeName          string
 	ensure            bool
 	ensurePolicy      string
 	ensureDatabase    string
@@ -72,6 +78,8 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.logFormat, "log-format", d.Logging.Format, "text or json")
 	fl.StringVar(&f.providerConfig, "image-credential-provider-config", "", "the kubelet's CredentialProviderConfig (file or directory): inject its plugins' credentials into pulls without any")
 	fl.StringVar(&f.providerBinDir, "image-credential-provider-bin-dir", "", "the directory of the credential provider plugin executables")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (service-account token providers, pod-aware ensure decisions); its user may be an exec plugin")
+	fl.StringVar(&f.nodeName, "node-name", "", "this node's name in the Kubernetes API (default: the host name)")
 	fl.BoolVar(&f.ensure, "ensure-secret-pulled-images", false, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
 	fl.StringVar(&f.ensurePolicy, "image-pull-credentials-verification-policy", d.EnsureSecretPulledImages.ImagePullCredentialsVerificationPolicy, "NeverVerify, NeverVerifyPreloadedImages, NeverVerifyAllowlistedImages or AlwaysVerify")
 	fl.StringVar(&f.ensureDatabase, "ensure-database", d.EnsureSecretPulledImages.DatabasePath, "the records database (bbolt)")
@@ -132,6 +140,18 @@ func loadServeConfig(cmd *cobra.Command, f *serveFlags) (*config.ProxyConfigurat
 		}
 		cfg.SetDefaults()
 	}
+	if set("kubeconfig") || set("node-name") {
+		if cfg.Kubernetes == nil {
+			cfg.Kubernetes = &config.Kubernetes{}
+		}
+		if set("kubeconfig") {
+			cfg.Kubernetes.Kubeconfig = f.kubeconfig
+		}
+		if set("node-name") {
+			cfg.Kubernetes.NodeName = f.nodeName
+		}
+		cfg.SetDefaults()
+	}
 	e := &cfg.EnsureSecretPulledImages
 	if set("ensure-secret-pulled-images") {
 		e.Enabled = f.ensure
@@ -179,8 +199,14 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	// Hooks, outermost first.
 	var hooks []any
 	var background []func(context.Context)
+	var identity *podtoken.Source
+	if k := cfg.Kubernetes; k != nil {
+		if identity, err = newIdentity(ctx, k, log, reg); err != nil {
+			return err
+		}
+	}
 	if cp := cfg.CredentialProviders; cp != nil {
-		injector, err := newInjector(cp, log, reg)
+		injector, err := newInjector(cp, identity, log, reg)
 		if err != nil {
 			return err
 		}
@@ -191,7 +217,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	var admin *http.Server
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		guard, store, err := newGuard(ctx, e, backend, log, reg)
+		guard, store, err := newGuard(ctx, e, backend, identity, log, reg)
 		if err != nil {
 			return err
 		}
@@ -278,23 +304,59 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 
 // newInjector loads the credential provider configuration and builds the
 // PullImage hook that injects its plugins' credentials.
-func newInjector(cp *config.CredentialProviders, log *slog.Logger, reg prometheus.Registerer) (*credplugins.Injector, error) {
+func newInjector(cp *config.CredentialProviders, identity *podtoken.Source, log *slog.Logger, reg prometheus.Registerer) (*credplugins.Injector, error) {
 	pc, err := credplugins.LoadConfig(cp.Config, cp.BinDir)
 	if err != nil {
 		return nil, err
 	}
-	return credplugins.New(pc, credplugins.Options{
+	opts := credplugins.Options{
 		ExecTimeout: cp.ExecTimeout.Duration,
 		CacheSize:   cp.CacheSize,
 		Logger:      log,
 		Registerer:  reg,
-	})
+	}
+	if identity != nil {
+		opts.Identity = identity
+	}
+	return credplugins.New(pc, opts)
+}
+
+// newIdentity connects to the Kubernetes API and starts the node's pod
+// informer (waiting a little for it: without it, pods are read with GETs).
+func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, reg prometheus.Registerer) (*podtoken.Source, error) {
+	if err := podtoken.RegisterClientMetrics(reg); err != nil {
+		return nil, err
+	}
+	var rc *rest.Config
+	var err error
+	if k.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes API: %w", err)
+	}
+	rc.UserAgent = "cri-image-proxy/" + version
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes API: %w", err)
+	}
+	src := podtoken.New(client, k.NodeName, podtoken.Options{Logger: log})
+	src.Start(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if !src.WaitForSync(wctx) {
+		log.Warn("the pod informer has not synced yet; reading pods one by one meanwhile", "node", k.NodeName)
+	}
+	log.Info("kubernetes API on", "host", rc.Host, "node", k.NodeName)
+	return src, nil
 }
 
 // newGuard opens the records database and builds the ensure hooks, after
 // settling the pull intents a crash left (retried in the background while
 // the runtime does not answer; their images need verification meanwhile).
-func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, log *slog.Logger, reg prometheus.Registerer) (*ensure.Guard, *ensure.Store, error) {
+func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, log *slog.Logger, reg prometheus.Registerer) (*ensure.Guard, *ensure.Store, error) {
 	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
 	if err != nil {
 		return nil, nil, err
@@ -303,9 +365,12 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 	if err != nil {
 		return nil, nil, err
 	}
+	opts := ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration}
+	if identity != nil {
+		opts.Pods = identity
+	}
 	guard, err := ensure.NewGuard(store, policy,
-		runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime),
-		ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration})
+		runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime), opts)
 	if err != nil {
 		store.Close()
 		return nil, nil, err

@@ -1,0 +1,17 @@
+// Command sa-token-credential-provider is a credential provider plugin for
+// tests of service-account tokens (KEP-4412): it checks the token the
+// kubelet, or cri-image-proxy, hands it, and maps a service account
+// annotation to registry credentials.
+//
+//	sa-token-credential-provider --audience AUD --credentials FILE \
+//	    [--annotation registry.test/user] [--log FILE]
+//
+// It reads a credentialprovider.kubelet.k8s.io/v1 CredentialProviderRequest
+// and checks the token's claims: the audience, not expired, not before its
+// time, bound to a pod (kubernetes.io.pod.name and uid). It does not check
+// the signature: a real plugin exchanges the token with a service that
+// does. The annotation's value names a user of FILE (lines user:password),
+// whose credentials it answers for the image's registry, cacheKeyType
+// Registry. With --log it appends one JSON line per request with the
+// claims it saw, never the token.
+package main

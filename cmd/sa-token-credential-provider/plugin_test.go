@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func jwt(t *testing.T, claims map[string]any) string {
+	t.Helper()
+	b, _ := json.Marshal(claims)
+	return "eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString(b) + ".c2ln"
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "creds")
+	os.WriteFile(creds, []byte("alice:a-s3cret\nbob:b-s3cret\n"), 0o600)
+	logFile := filepath.Join(dir, "claims.log")
+	o := options{audience: "registry.test", credentials: creds, annotation: "registry.test/user", log: logFile, now: func() time.Time { return now }}
+	good := map[string]any{"aud": []string{"registry.test"}, "exp": now.Unix() + 3600, "nbf": now.Unix(),
+		"kubernetes.io": map[string]any{"namespace": "team-a", "pod": map[string]string{"name": "p1", "uid": "pod-uid"},
+			"serviceaccount": map[string]string{"name": "builder", "uid": "sa-uid"}}}
+	with := func(k string, v any) map[string]any {
+		c := map[string]any{}
+		for kk, vv := range good {
+			c[kk] = vv
+		}
+		c[k] = v
+		return c
+	}
+	request := func(token string, ann map[string]string) string {
+		b, _ := json.Marshal(map[string]any{"apiVersion": "credentialprovider.kubelet.k8s.io/v1", "kind": "CredentialProviderRequest",
+			"image": "registry.test:5000/team-a/app", "serviceAccountToken": token, "serviceAccountAnnotations": ann})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name    string
+		token   string
+		ann     map[string]string
+		want    string // in the answer, or in the error
+		wantErr bool
+	}{
+		{"a good token gets the annotated user's credentials for the image's registry", jwt(t, good), map[string]string{"registry.test/user": "alice"},
+			`"auth":{"registry.test:5000":{"username":"alice","password":"a-s3cret"}}`, false},
+		{"another audience is refused", jwt(t, with("aud", "other")), map[string]string{"registry.test/user": "alice"}, "audience", true},
+		{"an expired token is refused", jwt(t, with("exp", now.Unix()-1)), map[string]string{"registry.test/user": "alice"}, "expired", true},
+		{"a token not bound to a pod is refused", jwt(t, with("kubernetes.io", map[string]any{"namespace": "a"})), map[string]string{"registry.test/user": "alice"}, "not bound to a pod", true},
+		{"no token is refused", "", map[string]string{"registry.test/user": "alice"}, "no service account token", true},
+		{"no annotation is refused", jwt(t, good), nil, "no annotation", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(strings.NewReader(request(tc.token, tc.ann)), &out, o)
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want an error with %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(out.String(), tc.want) || !strings.Contains(out.String(), `"kind":"CredentialProviderResponse"`) {
+				t.Fatalf("got %v\n%s", err, out.String())
+			}
+		})
+	}
+	log, _ := os.ReadFile(logFile)
+	if !strings.Contains(string(log), `"podUID":"pod-uid"`) || strings.Contains(string(log), "eyJ") {
+		t.Errorf("claims log: %s", log)
+	}
+}

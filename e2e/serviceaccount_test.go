@@ -1,0 +1,366 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+)
+
+// The real kube-apiserver and etcd, started once for the package by the
+// first test that needs them.
+var (
+	testKube *rig.Kube
+	kubeOnce sync.Once
+	kubeErr  error
+)
+
+const (
+	proxyUser  = "cri-image-proxy-e2e" // the proxy's identity: the deploy/ RBAC, nothing more
+	proxyGroup = "cri-image-proxy"
+	nodeName   = "rig-node"
+	audience   = "registry.rig.test"
+)
+
+func needKube(t *testing.T) *rig.Kube {
+	t.Helper()
+	needRig(t)
+	kubeOnce.Do(func() {
+		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{proxyGroup}})
+		if kubeErr == nil {
+			kubeErr = applyProxyRBAC(testKube)
+		}
+	})
+	if kubeErr != nil {
+		t.Fatalf("starting kube-apiserver: %v", kubeErr)
+	}
+	return testKube
+}
+
+// applyProxyRBAC applies deploy/kubernetes/rbac.yaml's ClusterRole, bound
+// to the proxy's test identity: the e2e tests prove it is enough.
+func applyProxyRBAC(k *rig.Kube) error {
+	data, err := os.ReadFile("../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return err
+		}
+		if meta.Kind != "ClusterRole" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict([]byte(doc), &role); err != nil {
+			return err
+		}
+		if _, err := k.Admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := k.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-e2e"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: proxyGroup}},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	return fmt.Errorf("no ClusterRole in deploy/kubernetes/rbac.yaml")
+}
+
+// apiTenant is a pod in the API, bound to the rig's node, and its crictl
+// sandbox config with the same name, namespace and UID.
+type apiTenant struct {
+	tenant
+	pod *corev1.Pod
+}
+
+func createPod(t *testing.T, k *rig.Kube, ns, name, sa string, policy corev1.PullPolicy, image string, secrets ...string) apiTenant {
+	t.Helper()
+	no := false
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: sa, AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "app", Image: image, ImagePullPolicy: policy}}}}
+	for _, s := range secrets {
+		p.Spec.ImagePullSecrets = append(p.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	p, err := k.Admin.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeJSON(t, ns+"-"+name+"-pod.json", map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": ns, "uid": string(p.UID), "attempt": 1},
+		"log_directory": filepath.Join(testRig.Dir, "pod-logs"),
+		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}},
+	})
+	return apiTenant{tenant: tenant{name: ns + "/" + name, uid: string(p.UID), config: cfg}, pod: p}
+}
+
+func createServiceAccount(t *testing.T, k *rig.Kube, ns, name, user string) *corev1.ServiceAccount {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if user != "" {
+		sa.Annotations = map[string]string{"registry.test/user": user}
+	}
+	sa, err := k.Admin.CoreV1().ServiceAccounts(ns).Create(context.Background(), sa, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+func createNamespace(t *testing.T, k *rig.Kube, ns string) {
+	t.Helper()
+	if _, err := k.Admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tokenPluginSetup writes the token plugin's provider config: the
+// kubelet's KEP-4412 attributes, with a required annotation.
+func tokenPluginSetup(t *testing.T) pluginSetup {
+	t.Helper()
+	dir, err := os.MkdirTemp(testRig.Dir, "tokenplugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pluginSetup{dir: dir, binDir: filepath.Join(dir, "bin"), config: filepath.Join(dir, "providers.yaml")}
+	os.MkdirAll(s.binDir, 0o755)
+	creds := filepath.Join(dir, "credentials")
+	os.WriteFile(creds, []byte(fmt.Sprintf("alice:%s\nbob:%s\n", rig.Users["alice"], rig.Users["bob"])), 0o600)
+	wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", s.countFile("token-provider"), tokenBin)
+	os.WriteFile(filepath.Join(s.binDir, "token-provider"), []byte(wrapper), 0o755)
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: token-provider
+    matchImages: ["%s"]
+    defaultCacheDuration: 10m
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: ["--audience", "%s", "--credentials", "%s", "--log", "%s"]
+    tokenAttributes:
+      serviceAccountTokenAudience: %s
+      cacheType: ServiceAccount
+      requireServiceAccount: true
+      requiredServiceAccountAnnotationKeys: ["registry.test/user"]
+`, testRig.Registry, audience, creds, filepath.Join(dir, "claims.log"), audience)
+	os.WriteFile(s.config, []byte(cfg), 0o644)
+	return s
+}
+
+// claims returns what the token plugin logged of the tokens it checked.
+func (s pluginSetup) claims(t *testing.T) []map[string]any {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(s.dir, "claims.log"))
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestServiceAccountTokens(t *testing.T) {
+	k := needKube(t)
+	ctx := context.Background()
+	img := testRig.Registry + "/" + rig.TeamAImage
+	crictl(t, direct(), "rmi", img)
+	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
+
+	for _, ns := range []string{"sa-a", "sa-b"} {
+		createNamespace(t, k, ns)
+	}
+	createServiceAccount(t, k, "sa-a", "builder", "alice")
+	createServiceAccount(t, k, "sa-b", "builder", "bob")
+	createServiceAccount(t, k, "sa-a", "plain", "")
+	a1 := createPod(t, k, "sa-a", "a1", "builder", corev1.PullIfNotPresent, img)
+	a2 := createPod(t, k, "sa-a", "a2", "builder", corev1.PullIfNotPresent, img)
+	b1 := createPod(t, k, "sa-b", "b1", "builder", corev1.PullIfNotPresent, img)
+	n1 := createPod(t, k, "sa-a", "n1", "plain", corev1.PullIfNotPresent, img)
+
+	plugin := tokenPluginSetup(t)
+	kubeconfig, err := k.WriteKubeconfig(proxyUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startEnsureProxy(t, "sa", "--kubeconfig", kubeconfig, "--node-name", nodeName,
+		"--image-credential-provider-config", plugin.config, "--image-credential-provider-bin-dir", plugin.binDir)
+
+	t.Run("a pod pulls with its service account's token, checked by the plugin", func(t *testing.T) {
+		if r := a1.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s\nproxy log:\n%s", r.Err, r.Stderr, tail(p.proc.LogText(), 20))
+		}
+		c := plugin.claims(t)
+		if len(c) != 1 || c[0]["podUID"] != a1.uid || c[0]["pod"] != "a1" || c[0]["serviceAccount"] != "builder" ||
+			c[0]["namespace"] != "sa-a" || fmt.Sprint(c[0]["audience"]) != "["+audience+"]" || c[0]["expiresInSeconds"].(float64) <= 0 {
+			t.Errorf("the plugin saw %v", c)
+		}
+	})
+
+	t.Run("a pod of the same service account re-uses the image with zero registry requests", func(t *testing.T) {
+		before := registryRequests(t)
+		if r := a2.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if n := registryRequests(t) - before; n != 0 {
+			t.Errorf("%d registry requests, want 0", n)
+		}
+		if n := plugin.runs("token-provider"); n != 1 {
+			t.Errorf("the plugin ran %d times, want 1", n)
+		}
+	})
+
+	t.Run("a pod of another service account verifies at the registry with its own token", func(t *testing.T) {
+		before := registryRequests(t)
+		if r := b1.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if registryRequests(t) == before {
+			t.Errorf("no registry request: B re-used A's verification")
+		}
+	})
+
+	t.Run("a service account without the required annotation gets no token credential", func(t *testing.T) {
+		r := n1.pull(t, p.ep, img)
+		if r.Err == nil || !strings.Contains(r.Stderr, "lacks the required annotation registry.test/user") || !strings.Contains(r.Stderr, "401") {
+			t.Errorf("%v\n%s", r.Err, fatalMessage(r.Stderr))
+		}
+	})
+
+	t.Run("a re-created service account (new UID) must verify again", func(t *testing.T) {
+		if err := k.Admin.CoreV1().ServiceAccounts("sa-a").Delete(ctx, "builder", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		createServiceAccount(t, k, "sa-a", "builder", "alice")
+		before := registryRequests(t)
+		if r := a2.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if registryRequests(t) == before {
+			t.Errorf("no registry request after the service account was re-created")
+		}
+	})
+
+	t.Run("records revoke --service-account makes its pods verify again", func(t *testing.T) {
+		out, err := p.records(t, "revoke", "--service-account", "sa-b/builder")
+		if err != nil || !strings.Contains(out, "in 1 record(s)") {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		before := registryRequests(t)
+		if r := b1.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		if registryRequests(t) == before {
+			t.Errorf("no registry request after the revoke")
+		}
+	})
+
+	t.Run("Never pods: entitled ones (by service account or pull secret) start, another is refused", func(t *testing.T) {
+		// The IfNotPresent pods above could verify by pulling: while they wait
+		// the image stays hidden. They are done: remove them.
+		zero := int64(0)
+		for _, tn := range []apiTenant{a1, a2, b1, n1} {
+			k.Admin.CoreV1().Pods(tn.pod.Namespace).Delete(ctx, tn.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+		// A pull secret verified by a pull with credentials.
+		secretJSON, _ := json.Marshal(map[string]any{"auths": map[string]any{testRig.Registry: map[string]string{"username": "alice", "password": rig.Users["alice"]}}})
+		if _, err := k.Admin.CoreV1().Secrets("sa-a").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "regcred"},
+			Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: secretJSON}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		withSecret := createPod(t, k, "sa-a", "s1", "plain", corev1.PullIfNotPresent, img, "regcred")
+		withSecret.creds = "alice:" + rig.Users["alice"]
+		if r := withSecret.pull(t, p.ep, img); r.Err != nil {
+			t.Fatalf("%v\n%s", r.Err, r.Stderr)
+		}
+		k.Admin.CoreV1().Pods("sa-a").Delete(ctx, "s1", metav1.DeleteOptions{GracePeriodSeconds: &zero})
+
+		bySA := createPod(t, k, "sa-a", "never-sa", "builder", corev1.PullNever, img)
+		bySecret := createPod(t, k, "sa-a", "never-secret", "plain", corev1.PullNever, img, "regcred")
+		nobody := createPod(t, k, "sa-a", "never-nobody", "plain", corev1.PullNever, img)
+		// The service account was re-created above: verify it once more.
+		waitUntil(t, 10*time.Second, func() error {
+			if r := crictl(t, p.ep, "inspecti", img); r.Err != nil {
+				return fmt.Errorf("still hidden: %s", r.Stderr)
+			}
+			return nil
+		})
+		start := func(tn apiTenant) error {
+			podID := strings.TrimSpace(mustCrictl(t, p.ep, "runp", tn.config))
+			t.Cleanup(func() { crictl(t, p.ep, "stopp", podID); crictl(t, p.ep, "rmp", podID) })
+			ctr := containerConfig(t, "ctr-"+tn.pod.Name, img, "true")
+			if r := crictl(t, p.ep, "create", podID, ctr, tn.config); r.Err != nil {
+				return fmt.Errorf("%s", fatalMessage(r.Stderr))
+			}
+			return nil
+		}
+		if err := start(bySecret); err != nil {
+			t.Errorf("the Never pod with a verified pull secret: %v", err)
+		}
+		if err := start(nobody); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
+			t.Errorf("the Never pod without entitlement: %v", err)
+		}
+		_ = bySA // its account was re-created and verified by a2: entitled too
+		if err := start(bySA); err != nil {
+			t.Errorf("the Never pod whose service account is verified: %v", err)
+		}
+	})
+}
+
+// TestExecPluginKubeconfig runs the proxy with a kubeconfig whose user is
+// an exec credential plugin (KEP-541): client-go runs it, and its metrics
+// are on /metrics.
+func TestExecPluginKubeconfig(t *testing.T) {
+	k := needKube(t)
+	createNamespace(t, k, "exec-a")
+	createServiceAccount(t, k, "exec-a", "builder", "alice")
+	pod := createPod(t, k, "exec-a", "e1", "builder", corev1.PullIfNotPresent, testRig.Registry+"/"+rig.TeamBImage)
+	t.Cleanup(func() { crictl(t, direct(), "rmi", testRig.Registry+"/"+rig.TeamBImage) })
+	kubeconfig, err := k.WriteExecKubeconfig(proxyUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugin := tokenPluginSetup(t)
+	mon := freeAddr(t)
+	sock := filepath.Join(testRig.Dir, "exec.sock")
+	p, err := testRig.StartProxy(proxyBin, sock, "--kubeconfig", kubeconfig, "--node-name", nodeName, "--monitoring-address", mon,
+		"--image-credential-provider-config", plugin.config, "--image-credential-provider-bin-dir", plugin.binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+	if r := crictl(t, "unix://"+sock, "pull", "--pod-config", pod.config, testRig.Registry+"/"+rig.TeamBImage); r.Err != nil {
+		t.Fatalf("%v\n%s", r.Err, r.Stderr)
+	}
+	_, metrics := httpGet(t, mon, "/metrics")
+	// Prometheus sorts labels by name: code, host, method. A 201 POST is
+	// the TokenRequest for the pod's service account.
+	for _, want := range []string{`rest_client_exec_plugin_call_total{call_status="no_error",code="0"}`, "rest_client_exec_plugin_ttl_seconds", `rest_client_requests_total{code="201",host="127.0.0.1:`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if !regexp.MustCompile(`rest_client_requests_total\{code="201",host="[^"]+",method="POST"\} [1-9]`).MatchString(metrics) {
+		t.Errorf("metrics count no successful POST (the token request)")
+	}
+	if b, _ := os.ReadFile(filepath.Join(k.Dir, proxyUser+"-exec-credential.sh.calls")); len(b) == 0 {
+		t.Errorf("the exec credential plugin never ran")
+	}
+}
