@@ -78,8 +78,11 @@ func (e *benchEnv) setUpInjection() error {
 }
 
 // execs returns how many times the named plugin wrapper ran.
-func (ie *injectEnv) execs(name string) int {
-	b, _ := os.ReadFile(filepath.Join(ie.countDir, name+".count"))
+func (ie *injectEnv) execs(name string) int { return execCount(ie.countDir, name) }
+
+// execCount counts the runs a plugin wrapper logged in dir/name.count.
+func execCount(dir, name string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, name+".count"))
 	return strings.Count(string(b), "\n")
 }
 

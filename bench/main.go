@@ -132,6 +132,7 @@ type benchEnv struct {
 	monitoring             string // the proxy's monitoring address, when profiling
 	inject                 *injectEnv
 	ensure                 *ensureEnv
+	token                  *tokenEnv
 	extraProxies           []*rig.Proc
 }
 
@@ -208,7 +209,10 @@ func (e *benchEnv) setUp() error {
 	if err := e.setUpInjection(); err != nil {
 		return err
 	}
-	return e.setUpEnsure()
+	if err := e.setUpEnsure(); err != nil {
+		return err
+	}
+	return e.setUpToken()
 }
 
 func (e *benchEnv) close() {
@@ -225,6 +229,9 @@ func (e *benchEnv) close() {
 		if p != nil {
 			p.Stop(10 * time.Second)
 		}
+	}
+	if e.token != nil && e.token.kube != nil {
+		e.token.kube.Stop()
 	}
 }
 

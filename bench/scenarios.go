@@ -119,6 +119,9 @@ func (e *benchEnv) scenarios() []scenario {
 	if e.ensure != nil {
 		out = append(out, e.ensureScenarios()...)
 	}
+	if e.token != nil {
+		out = append(out, e.tokenScenarios()...)
+	}
 	out = append(out, scenario{
 		name: "ListImages(1000) c=1", conc: 1, long: true,
 		arms:    []arm{direct(listImagesCall(e.direct, 1000)), proxied(listImagesCall(e.proxied, 1000))},

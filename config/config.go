@@ -85,7 +85,19 @@ type Kubernetes struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// NodeName is this node's name in the API. Default: the host name.
 	NodeName string `json:"nodeName,omitempty"`
+	// QPS and Burst bound the client's request rate. Service-account token
+	// providers read the pod's account live on every pull, as the kubelet
+	// does, so the defaults are the kubelet's (kubeAPIQPS 50, kubeAPIBurst
+	// 100), not client-go's 5 and 10.
+	QPS   float32 `json:"qps,omitempty"`
+	Burst int     `json:"burst,omitempty"`
 }
+
+// The Kubernetes client's default rate limits: the kubelet's.
+const (
+	DefaultKubernetesQPS   = 50
+	DefaultKubernetesBurst = 100
+)
 
 // EnsureSecretPulledImages configures KEP-2535 enforcement.
 type EnsureSecretPulledImages struct {
@@ -202,8 +214,16 @@ func (c *ProxyConfiguration) SetDefaults() {
 	if e.AdminSocket == "" {
 		e.AdminSocket = DefaultAdminSocket
 	}
-	if k := c.Kubernetes; k != nil && k.NodeName == "" {
-		k.NodeName, _ = os.Hostname()
+	if k := c.Kubernetes; k != nil {
+		if k.NodeName == "" {
+			k.NodeName, _ = os.Hostname()
+		}
+		if k.QPS == 0 {
+			k.QPS = DefaultKubernetesQPS
+		}
+		if k.Burst == 0 {
+			k.Burst = DefaultKubernetesBurst
+		}
 	}
 	if cp := c.CredentialProviders; cp != nil {
 		if cp.ExecTimeout.Duration == 0 {
@@ -312,6 +332,12 @@ func (c *ProxyConfiguration) Validate() error {
 		}
 		if k.NodeName == "" {
 			errs = append(errs, field.Required(field.NewPath("kubernetes", "nodeName"), "this node's name in the API"))
+		}
+		if k.QPS < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("kubernetes", "qps"), k.QPS, "must not be negative"))
+		}
+		if k.Burst < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("kubernetes", "burst"), k.Burst, "must not be negative"))
 		}
 	}
 	return errs.ToAggregate()

@@ -27,6 +27,7 @@ func TestLoad(t *testing.T) {
 		}
 		want.CredentialProviders.ExecTimeout.Duration = 30 * time.Second
 		want.CredentialProviders.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
+		want.Kubernetes = &Kubernetes{Kubeconfig: "/etc/cri-image-proxy/kubeconfig", NodeName: "node-a", QPS: 20, Burst: DefaultKubernetesBurst}
 		if diff := cmp.Diff(want, c); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
@@ -96,6 +97,15 @@ func TestValidate(t *testing.T) {
 			c.CredentialProviders = &CredentialProviders{Config: "/etc/p.yaml", BinDir: "/bin"}
 			c.CredentialProviders.ExecTimeout.Duration = -1
 		}, []string{"credentialProviders.execTimeout"}},
+		{"a relative kubeconfig names the field", func(c *ProxyConfiguration) {
+			c.Kubernetes = &Kubernetes{Kubeconfig: "kubeconfig", NodeName: "n", QPS: 1, Burst: 1}
+		}, []string{"kubernetes.kubeconfig: Invalid value"}},
+		{"a Kubernetes section needs the node's name", func(c *ProxyConfiguration) {
+			c.Kubernetes = &Kubernetes{QPS: 1, Burst: 1}
+		}, []string{"kubernetes.nodeName: Required value"}},
+		{"negative rate limits name their fields", func(c *ProxyConfiguration) {
+			c.Kubernetes = &Kubernetes{NodeName: "n", QPS: -1, Burst: -1}
+		}, []string{"kubernetes.qps", "kubernetes.burst"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

@@ -13,9 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 )
@@ -41,46 +39,13 @@ func needKube(t *testing.T) *rig.Kube {
 	kubeOnce.Do(func() {
 		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{proxyGroup}})
 		if kubeErr == nil {
-			kubeErr = applyProxyRBAC(testKube)
+			kubeErr = testKube.BindClusterRoles("../deploy/kubernetes/rbac.yaml", proxyGroup)
 		}
 	})
 	if kubeErr != nil {
 		t.Fatalf("starting kube-apiserver: %v", kubeErr)
 	}
 	return testKube
-}
-
-// applyProxyRBAC applies deploy/kubernetes/rbac.yaml's ClusterRole, bound
-// to the proxy's test identity: the e2e tests prove it is enough.
-func applyProxyRBAC(k *rig.Kube) error {
-	data, err := os.ReadFile("../deploy/kubernetes/rbac.yaml")
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			return err
-		}
-		if meta.Kind != "ClusterRole" {
-			continue
-		}
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict([]byte(doc), &role); err != nil {
-			return err
-		}
-		if _, err := k.Admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		_, err := k.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-e2e"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: proxyGroup}},
-		}, metav1.CreateOptions{})
-		return err
-	}
-	return fmt.Errorf("no ClusterRole in deploy/kubernetes/rbac.yaml")
 }
 
 // apiTenant is a pod in the API, bound to the rig's node, and its crictl

@@ -338,6 +338,7 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 		return nil, fmt.Errorf("kubernetes API: %w", err)
 	}
 	rc.UserAgent = "cri-image-proxy/" + version
+	rc.QPS, rc.Burst = k.QPS, k.Burst
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes API: %w", err)

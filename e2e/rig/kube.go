@@ -1,6 +1,7 @@
 package rig
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -14,9 +15,12 @@ import (
 	"strings"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 )
 
 // KubeVersion is the Kubernetes version hack/build-k8s.sh builds.
@@ -141,6 +145,8 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Tests and the bench create objects in bulk: no client-side throttle.
+	cfg.QPS, cfg.Burst = -1, 0
 	if k.Admin, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -213,6 +219,9 @@ func (k *Kube) WriteExecKubeconfig(user string) (string, error) {
 	return path, clientcmd.WriteToFile(*k.kubeconfig(user, auth), path)
 }
 
+// APIServerPid is kube-apiserver's process ID.
+func (k *Kube) APIServerPid() int { return k.apiserver.Pid() }
+
 // Stop stops kube-apiserver, then etcd.
 func (k *Kube) Stop() {
 	for _, p := range []*Proc{k.apiserver, k.etcd} {
@@ -220,4 +229,45 @@ func (k *Kube) Stop() {
 			p.Stop(15 * time.Second)
 		}
 	}
+}
+
+// BindClusterRoles creates the ClusterRoles of the RBAC manifest at path
+// (deploy/kubernetes/rbac.yaml) and binds each to group: the proxy's test
+// identity gets exactly what the shipped manifest grants.
+func (k *Kube) BindClusterRoles(path, group string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	n := 0
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if meta.Kind != "ClusterRole" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict([]byte(doc), &role); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if _, err := k.Admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		_, err := k.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-" + group},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: group}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("no ClusterRole in %s", path)
+	}
+	return nil
 }
