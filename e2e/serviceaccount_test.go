@@ -282,9 +282,32 @@ func TestServiceAccountTokens(t *testing.T) {
 		if err := start(nobody); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
 			t.Errorf("the Never pod without entitlement: %v", err)
 		}
-		_ = bySA // its account was re-created and verified by a2: entitled too
+		// bySA's account was re-created and then verified by a2's pull.
 		if err := start(bySA); err != nil {
 			t.Errorf("the Never pod whose service account is verified: %v", err)
+		}
+	})
+
+	t.Run("no token or password reaches the database, the records or the log", func(t *testing.T) {
+		db, err := os.ReadFile(p.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		export, _ := p.records(t, "export")
+		// A service account token is a JWT: two base64url JSON objects.
+		jwt := regexp.MustCompile(`eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+`)
+		for what, text := range map[string]string{"the database": string(db), "records export": export, "the proxy log": p.proc.LogText()} {
+			if jwt.MatchString(text) {
+				t.Errorf("%s holds a token", what)
+			}
+			for _, pw := range []string{rig.Users["alice"], rig.Users["bob"]} {
+				if strings.Contains(text, pw) {
+					t.Errorf("%s holds a password", what)
+				}
+			}
+		}
+		if len(plugin.claims(t)) == 0 {
+			t.Fatal("the plugin saw no token: nothing was checked")
 		}
 	})
 }

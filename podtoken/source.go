@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +46,8 @@ type Source struct {
 	factory informers.SharedInformerFactory
 	pods    corelisters.PodLister
 	synced  func() bool
+
+	minting singleflight.Group // one TokenRequest per pod, account and audience at a time
 
 	mu      sync.Mutex
 	tokens  map[tokenKey]*token
@@ -162,37 +165,56 @@ func (s *Source) ServiceAccount(ctx context.Context, namespace, name string) (*c
 
 // Token returns a token of the service account sa for audience, bound to
 // pod, minting one when none is cached or the cached one is past 80% of
-// its life. The API refuses when sa's UID changed since it was read.
+// its life (24h at most), as the kubelet's token manager does. Concurrent
+// calls for one pod share one TokenRequest, so a pod's containers pulling
+// at once do not mint several. The API refuses when sa's UID changed since
+// it was read.
 func (s *Source) Token(ctx context.Context, pod *corev1.Pod, sa *corev1.ServiceAccount, audience string) (string, error) {
 	key := tokenKey{podUID: string(pod.UID), saName: sa.Name, saUID: string(sa.UID), audience: audience}
-	now := s.clock.Now()
-	s.mu.Lock()
-	t := s.tokens[key]
-	s.mu.Unlock()
-	if t != nil && now.Before(t.refreshAt) {
+	if t := s.cachedToken(key); t != nil && s.clock.Now().Before(t.refreshAt) {
 		return t.value, nil
 	}
+	v, err, _ := s.minting.Do(key.podUID+"\x00"+key.saName+"\x00"+key.saUID+"\x00"+key.audience, func() (any, error) {
+		// Another flight may have just minted it.
+		if t := s.cachedToken(key); t != nil && s.clock.Now().Before(t.refreshAt) {
+			return t.value, nil
+		}
+		return s.mint(ctx, key, pod, sa)
+	})
+	if err != nil {
+		return "", err
+	}
+	return v.(string), nil
+}
+
+func (s *Source) cachedToken(key tokenKey) *token {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens[key]
+}
+
+func (s *Source) mint(ctx context.Context, key tokenKey, pod *corev1.Pod, sa *corev1.ServiceAccount) (string, error) {
+	now := s.clock.Now()
 	tr, err := s.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
 		// The API refuses the request if the account's UID is no longer this one.
 		ObjectMeta: metav1.ObjectMeta{UID: sa.UID},
 		Spec: authenticationv1.TokenRequestSpec{
-			Audiences: []string{audience},
+			Audiences: []string{key.audience},
 			BoundObjectRef: &authenticationv1.BoundObjectReference{
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 			},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		if t != nil && now.Before(t.expires) {
+		if t := s.cachedToken(key); t != nil && now.Before(t.expires) {
 			// As the kubelet: keep serving the old token while it is valid.
 			s.log.Warn("refreshing a service account token failed; using the current one", "serviceAccount", pod.Namespace+"/"+sa.Name, "err", err)
 			return t.value, nil
 		}
-		return "", fmt.Errorf("token for service account %s/%s (audience %q, pod %s): %w", pod.Namespace, sa.Name, audience, pod.Name, err)
+		return "", fmt.Errorf("token for service account %s/%s (audience %q, pod %s): %w", pod.Namespace, sa.Name, key.audience, pod.Name, err)
 	}
 	exp := tr.Status.ExpirationTimestamp.Time
-	life := exp.Sub(now)
-	refresh := now.Add(life * 8 / 10)
+	refresh := now.Add(exp.Sub(now) * 8 / 10)
 	if d := now.Add(24 * time.Hour); refresh.After(d) {
 		refresh = d
 	}

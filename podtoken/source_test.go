@@ -1,0 +1,385 @@
+package podtoken
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/metrics"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// tokenAPI is a fake clientset whose TokenRequests answer numbered tokens
+// valid for life, or fail while failing is set; it keeps the requests.
+type tokenAPI struct {
+	client  *fake.Clientset
+	clock   *testclock.FakeClock
+	life    time.Duration
+	minted  atomic.Int32
+	failing atomic.Bool
+	gate    chan struct{} // when set, each TokenRequest waits for it
+
+	mu       sync.Mutex
+	requests []*authenticationv1.TokenRequest
+}
+
+func newTokenAPI(objs ...runtime.Object) *tokenAPI {
+	f := &tokenAPI{client: fake.NewClientset(objs...), clock: testclock.NewFakeClock(t0), life: time.Hour}
+	f.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		if f.gate != nil {
+			<-f.gate
+		}
+		if f.failing.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("etcd is away")
+		}
+		tr := a.(k8stesting.CreateActionImpl).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		f.mu.Lock()
+		f.requests = append(f.requests, tr.DeepCopy())
+		f.mu.Unlock()
+		tr.Status.Token = fmt.Sprintf("token-%d", f.minted.Add(1))
+		tr.Status.ExpirationTimestamp = metav1.NewTime(f.clock.Now().Add(f.life))
+		return true, tr, nil
+	})
+	return f
+}
+
+func (f *tokenAPI) source() *Source {
+	return New(f.client, "node-a", Options{Clock: f.clock, SecretTTL: 30 * time.Second})
+}
+
+func testPod(ns, name, uid, sa string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)},
+		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: sa}}
+}
+
+func testAccount(ns, name, uid string) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}}
+}
+
+func TestPod(t *testing.T) {
+	t.Parallel()
+	api := newTokenAPI(testPod("team-a", "web", "uid-1", "builder"))
+	src := api.source()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, ns, pod, uid string
+		wantErr            error
+		wantNotFound       bool
+	}{
+		{name: "a pod with the sandbox's UID is returned", ns: "team-a", pod: "web", uid: "uid-1"},
+		{name: "a pod of that name with another UID is another pod", ns: "team-a", pod: "web", uid: "uid-old", wantErr: ErrPodMismatch},
+		{name: "a pod the API does not have is NotFound, wrapped", ns: "team-a", pod: "gone", uid: "uid-9", wantNotFound: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := src.Pod(ctx, tc.ns, tc.pod, tc.uid)
+			switch {
+			case tc.wantErr != nil:
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("got %v, want %v", err, tc.wantErr)
+				}
+			case tc.wantNotFound:
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("got %v, want NotFound", err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case string(p.UID) != tc.uid:
+				t.Fatalf("got pod UID %s", p.UID)
+			}
+			if err != nil && !containsAll(err.Error(), tc.ns+"/"+tc.pod) {
+				t.Errorf("the error %q does not name the pod", err)
+			}
+		})
+	}
+	t.Run("the service account of a pod, read live", func(t *testing.T) {
+		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", "sa-1"), metav1.CreateOptions{})
+		name, uid, err := src.PodServiceAccount(ctx, "team-a", "web", "uid-1")
+		if err != nil || name != "builder" || uid != "sa-1" {
+			t.Fatalf("got %q %q %v", name, uid, err)
+		}
+		api.client.CoreV1().ServiceAccounts("team-a").Delete(ctx, "builder", metav1.DeleteOptions{})
+		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", "sa-2"), metav1.CreateOptions{})
+		if _, uid, _ := src.PodServiceAccount(ctx, "team-a", "web", "uid-1"); uid != "sa-2" {
+			t.Errorf("after re-creation got UID %q, want sa-2", uid)
+		}
+	})
+}
+
+func TestPodInformer(t *testing.T) {
+	t.Parallel()
+	api := newTokenAPI(testPod("team-a", "web", "uid-1", "builder"))
+	src := api.source()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if got := src.PodsOnNode(); got != nil {
+		t.Fatalf("before the informer synced, got %d pods, want nil (unknown)", len(got))
+	}
+	src.Start(ctx)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if !src.WaitForSync(wctx) {
+		t.Fatal("the informer did not sync")
+	}
+	if got := src.PodsOnNode(); len(got) != 1 || got[0].Name != "web" {
+		t.Fatalf("got %v", got)
+	}
+	gets := func() int {
+		n := 0
+		for _, a := range api.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "pods" {
+				n++
+			}
+		}
+		return n
+	}
+	before := gets()
+	if _, err := src.Pod(ctx, "team-a", "web", "uid-1"); err != nil {
+		t.Fatal(err)
+	}
+	if gets() != before {
+		t.Errorf("a pod the informer holds was read with a GET")
+	}
+}
+
+func TestToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pod := testPod("team-a", "web", "uid-1", "builder")
+	sa := testAccount("team-a", "builder", "sa-1")
+
+	t.Run("the request binds the token to the pod, with the account's UID as precondition", func(t *testing.T) {
+		api := newTokenAPI()
+		if _, err := api.source().Token(ctx, pod, sa, "registry.test"); err != nil {
+			t.Fatal(err)
+		}
+		r := api.requests[0]
+		if r.UID != "sa-1" || len(r.Spec.Audiences) != 1 || r.Spec.Audiences[0] != "registry.test" {
+			t.Errorf("got UID %q audiences %v", r.UID, r.Spec.Audiences)
+		}
+		if b := r.Spec.BoundObjectRef; b == nil || b.Kind != "Pod" || b.APIVersion != "v1" || b.Name != "web" || b.UID != "uid-1" {
+			t.Errorf("got bound object %+v", b)
+		}
+	})
+	t.Run("a pod's token is minted once, and again past 80% of its life", func(t *testing.T) {
+		api := newTokenAPI()
+		src := api.source()
+		for range 3 {
+			if tok, _ := src.Token(ctx, pod, sa, "registry.test"); tok != "token-1" {
+				t.Fatalf("got %q, want token-1", tok)
+			}
+		}
+		api.clock.Step(47 * time.Minute)
+		if tok, _ := src.Token(ctx, pod, sa, "registry.test"); tok != "token-1" {
+			t.Fatalf("at 78%% of its life got %q, want token-1", tok)
+		}
+		api.clock.Step(2 * time.Minute)
+		if tok, _ := src.Token(ctx, pod, sa, "registry.test"); tok != "token-2" {
+			t.Fatalf("at 82%% of its life got %q, want token-2", tok)
+		}
+	})
+	t.Run("a long-lived token is refreshed after 24 hours", func(t *testing.T) {
+		api := newTokenAPI()
+		api.life = 7 * 24 * time.Hour
+		src := api.source()
+		src.Token(ctx, pod, sa, "registry.test")
+		api.clock.Step(24*time.Hour + time.Second)
+		if tok, _ := src.Token(ctx, pod, sa, "registry.test"); tok != "token-2" {
+			t.Fatalf("got %q, want token-2", tok)
+		}
+	})
+	t.Run("other audiences, pods and account UIDs get their own tokens", func(t *testing.T) {
+		api := newTokenAPI()
+		src := api.source()
+		src.Token(ctx, pod, sa, "registry.test")
+		src.Token(ctx, pod, sa, "other.test")
+		src.Token(ctx, testPod("team-a", "api", "uid-2", "builder"), sa, "registry.test")
+		src.Token(ctx, pod, testAccount("team-a", "builder", "sa-2"), "registry.test")
+		if n := api.minted.Load(); n != 4 {
+			t.Errorf("minted %d, want 4", n)
+		}
+	})
+	t.Run("a failed refresh serves the current token while it is valid, then fails naming the account", func(t *testing.T) {
+		api := newTokenAPI()
+		src := api.source()
+		src.Token(ctx, pod, sa, "registry.test")
+		api.failing.Store(true)
+		api.clock.Step(50 * time.Minute)
+		if tok, err := src.Token(ctx, pod, sa, "registry.test"); err != nil || tok != "token-1" {
+			t.Fatalf("got %q %v, want the current token", tok, err)
+		}
+		api.clock.Step(11 * time.Minute)
+		_, err := src.Token(ctx, pod, sa, "registry.test")
+		if !apierrors.IsServiceUnavailable(err) || !containsAll(err.Error(), "team-a/builder", "registry.test", "web") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("concurrent requests for one pod's token mint one", func(t *testing.T) {
+		api := newTokenAPI()
+		api.gate = make(chan struct{})
+		src := api.source()
+		var wg sync.WaitGroup
+		toks := make([]string, 16)
+		for i := range toks {
+			wg.Add(1)
+			go func() { defer wg.Done(); toks[i], _ = src.Token(ctx, pod, sa, "registry.test") }()
+		}
+		time.Sleep(50 * time.Millisecond) // let them gather behind the first flight
+		close(api.gate)
+		wg.Wait()
+		if n := api.minted.Load(); n != 1 {
+			t.Errorf("minted %d tokens for 16 concurrent requests, want 1", n)
+		}
+		for _, tok := range toks {
+			if tok != "token-1" {
+				t.Fatalf("got %q", tok)
+			}
+		}
+	})
+	t.Run("a removed pod's tokens are forgotten, and expired ones dropped", func(t *testing.T) {
+		api := newTokenAPI()
+		src := api.source()
+		src.Token(ctx, pod, sa, "registry.test")
+		src.DropPod("uid-1")
+		if tok, _ := src.Token(ctx, pod, sa, "registry.test"); tok != "token-2" {
+			t.Fatalf("got %q, want a new token", tok)
+		}
+		api.clock.Step(2 * time.Hour)
+		src.dropExpired()
+		if len(src.tokens) != 0 {
+			t.Errorf("%d tokens left after expiry", len(src.tokens))
+		}
+	})
+}
+
+func TestSecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pull"}, Type: corev1.SecretTypeDockerConfigJson}
+	api := newTokenAPI(sec)
+	src := api.source()
+	var failing atomic.Bool
+	api.client.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return false, nil, nil
+	})
+	reads := func() int {
+		n := 0
+		for _, a := range api.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "secrets" {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("a secret is read once per TTL", func(t *testing.T) {
+		for range 3 {
+			if _, err := src.Secret(ctx, "team-a", "pull"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := reads(); n != 1 {
+			t.Fatalf("%d reads, want 1", n)
+		}
+		api.clock.Step(31 * time.Second)
+		src.Secret(ctx, "team-a", "pull")
+		if n := reads(); n != 2 {
+			t.Fatalf("%d reads after the TTL, want 2", n)
+		}
+	})
+	t.Run("a missing secret is remembered for the TTL", func(t *testing.T) {
+		before := reads()
+		for range 2 {
+			if _, err := src.Secret(ctx, "team-a", "nope"); !apierrors.IsNotFound(err) {
+				t.Fatalf("got %v, want NotFound", err)
+			}
+		}
+		if n := reads() - before; n != 1 {
+			t.Fatalf("%d reads, want 1", n)
+		}
+	})
+	t.Run("other errors are not remembered", func(t *testing.T) {
+		failing.Store(true)
+		before := reads()
+		for range 2 {
+			if _, err := src.Secret(ctx, "team-a", "other"); !apierrors.IsTooManyRequests(err) {
+				t.Fatalf("got %v", err)
+			}
+		}
+		failing.Store(false)
+		if n := reads() - before; n != 2 {
+			t.Fatalf("%d reads, want 2", n)
+		}
+	})
+}
+
+// TestRegisterClientMetrics runs once per process: client-go accepts one
+// registration.
+func TestRegisterClientMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := RegisterClientMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	metrics.ExecPluginCalls.Increment(0, "no_error")
+	metrics.ExecPluginCalls.Increment(1, "plugin_execution_error")
+	metrics.RequestResult.Increment(context.Background(), "201", "POST", "127.0.0.1:6443")
+	exp := t0.Add(time.Hour)
+	metrics.ClientCertExpiry.Set(&exp)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = len(mf.GetMetric())
+	}
+	want := map[string]int{
+		"rest_client_exec_plugin_call_total":               2,
+		"rest_client_exec_plugin_ttl_seconds":              1,
+		"rest_client_exec_plugin_certificate_rotation_age": 1,
+		"rest_client_requests_total":                       1,
+	}
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s: %d series, want %d", name, got[name], n)
+		}
+	}
+	wantText := `
+# HELP rest_client_requests_total Kubernetes API requests, by status code, method and host.
+# TYPE rest_client_requests_total counter
+rest_client_requests_total{code="201",host="127.0.0.1:6443",method="POST"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantText), "rest_client_requests_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
