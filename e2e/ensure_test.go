@@ -86,6 +86,17 @@ func (tn tenant) pull(t *testing.T, ep, image string) rig.Result {
 	return crictl(t, ep, append(args, image)...)
 }
 
+// pullCountingRequests pulls as tn and returns how many requests the
+// registry answered meanwhile: 0 is a re-use from the node.
+func (tn tenant) pullCountingRequests(t *testing.T, ep, image string) int {
+	t.Helper()
+	before := registryRequests(t)
+	if r := tn.pull(t, ep, image); r.Err != nil {
+		t.Fatalf("%s pulling %s: %v\n%s", tn.name, image, r.Err, r.Stderr)
+	}
+	return registryRequests(t) - before
+}
+
 func TestEnsureSecretPulledImages(t *testing.T) {
 	needRig(t)
 	p := startEnsureProxy(t, "ensure")
@@ -137,11 +148,7 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 	})
 
 	t.Run("tenant A's other pod re-uses the image with zero registry requests, and may create its container", func(t *testing.T) {
-		before := registryRequests(t)
-		if r := alice2.pull(t, p.ep, img); r.Err != nil {
-			t.Fatalf("%v\n%s", r.Err, r.Stderr)
-		}
-		if n := registryRequests(t) - before; n != 0 {
+		if n := alice2.pullCountingRequests(t, p.ep, img); n != 0 {
 			t.Errorf("%d registry requests for a verified re-use, want 0", n)
 		}
 		podID := strings.TrimSpace(mustCrictl(t, p.ep, "runp", alice2.config))
@@ -153,18 +160,10 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 	})
 
 	t.Run("tenant B with its own valid credentials verifies once, then re-uses", func(t *testing.T) {
-		before := registryRequests(t)
-		if r := bobOwn.pull(t, p.ep, img); r.Err != nil {
-			t.Fatalf("%v\n%s", r.Err, r.Stderr)
-		}
-		if registryRequests(t) == before {
+		if bobOwn.pullCountingRequests(t, p.ep, img) == 0 {
 			t.Errorf("B's own credentials were not checked at the registry")
 		}
-		before = registryRequests(t)
-		if r := bobOwn2.pull(t, p.ep, img); r.Err != nil {
-			t.Fatalf("%v\n%s", r.Err, r.Stderr)
-		}
-		if n := registryRequests(t) - before; n != 0 {
+		if n := bobOwn2.pullCountingRequests(t, p.ep, img); n != 0 {
 			t.Errorf("%d registry requests, want 0", n)
 		}
 	})
@@ -175,11 +174,7 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 		if r := crictl(t, p.ep, "inspecti", img); r.Err == nil {
 			t.Errorf("after a restart the image is shown to anyone")
 		}
-		before := registryRequests(t)
-		if r := alice.pull(t, p.ep, img); r.Err != nil {
-			t.Fatalf("%v\n%s", r.Err, r.Stderr)
-		}
-		if n := registryRequests(t) - before; n != 0 {
+		if n := alice.pullCountingRequests(t, p.ep, img); n != 0 {
 			t.Errorf("%d registry requests after a restart, want 0", n)
 		}
 	})
@@ -225,11 +220,7 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 		if out, err := p.records(t, "revoke", "--image", img); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		before := registryRequests(t)
-		if r := alice2.pull(t, p.ep, img); r.Err != nil {
-			t.Fatalf("%v\n%s", r.Err, r.Stderr)
-		}
-		if registryRequests(t) == before {
+		if alice2.pullCountingRequests(t, p.ep, img) == 0 {
 			t.Errorf("after revoke, A re-used the image without the registry")
 		}
 	})
