@@ -19,6 +19,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
+	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
 
 // fakeAPI is a fake clientset with pods and service accounts, whose
@@ -62,7 +63,7 @@ func tokenProvider(cacheType string, require bool, required, optional []string) 
 
 func newTokenInjector(t *testing.T, api *fakeAPI, p Provider, r runner) *Injector {
 	t.Helper()
-	src := podtoken.New(api.client, "node", podtoken.Options{})
+	src := podtoken.New(podtokentest.API(api.client), "node", podtoken.Options{})
 	in, err := New(&Config{Hash: "h", Providers: []Provider{p}}, Options{Clock: testclock.NewFakeClock(t0), Identity: src})
 	if err != nil {
 		t.Fatal(err)

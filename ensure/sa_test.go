@@ -16,6 +16,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
+	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
 
 // apiSetup is a guard with a (fake) Kubernetes API behind it.
@@ -27,7 +28,7 @@ type apiSetup struct {
 func newAPISetup(t *testing.T) *apiSetup {
 	t.Helper()
 	s := &apiSetup{setup: newSetup(t, ensure.NeverVerifyPreloadedImages), client: fake.NewClientset()}
-	src := podtoken.New(s.client, "node", podtoken.Options{})
+	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	src.Start(ctx)

@@ -15,10 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 )
 
@@ -38,14 +39,14 @@ type Options struct {
 // Source is the API-side identity of the node's pods. It is safe for
 // concurrent use once Start has been called.
 type Source struct {
-	client kubernetes.Interface
+	client API
 	node   string
 	log    *slog.Logger
 	clock  clock.WithTicker
 
-	factory informers.SharedInformerFactory
-	pods    corelisters.PodLister
-	synced  func() bool
+	informer cache.SharedIndexInformer
+	pods     corelisters.PodLister
+	synced   func() bool
 
 	minting singleflight.Group // one TokenRequest per pod, account and audience at a time
 
@@ -72,7 +73,7 @@ type cachedSecret struct {
 }
 
 // New returns a Source for the pods of node.
-func New(client kubernetes.Interface, node string, opts Options) *Source {
+func New(client API, node string, opts Options) *Source {
 	s := &Source{client: client, node: node, log: opts.Logger, clock: opts.Clock, secTTL: opts.SecretTTL,
 		tokens: map[tokenKey]*token{}, secrets: map[types.NamespacedName]cachedSecret{}}
 	if s.log == nil {
@@ -84,19 +85,28 @@ func New(client kubernetes.Interface, node string, opts Options) *Source {
 	if s.secTTL <= 0 {
 		s.secTTL = 30 * time.Second
 	}
-	s.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-	}))
-	inf := s.factory.Core().V1().Pods()
-	s.pods = inf.Lister()
-	s.synced = inf.Informer().HasSynced
+	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	// The reflector streams the initial list (WatchList) unless the client
+	// says it cannot (client-go's fake clientset, through podtokentest).
+	s.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = onNode
+			return client.ListPods(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = onNode
+			return client.WatchPods(ctx, o)
+		},
+	}, client), &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	s.pods = corelisters.NewPodLister(s.informer.GetIndexer())
+	s.synced = s.informer.HasSynced
 	return s
 }
 
 // Start starts the pod informer and the cleanup of expired tokens; both
 // stop with ctx.
 func (s *Source) Start(ctx context.Context) {
-	s.factory.Start(ctx.Done())
+	go s.informer.RunWithContext(ctx)
 	go func() {
 		t := s.clock.NewTicker(time.Minute)
 		defer t.Stop()
@@ -134,7 +144,7 @@ func (s *Source) Pod(ctx context.Context, namespace, name, uid string) (*corev1.
 			return p, nil
 		}
 	}
-	p, err := s.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	p, err := s.client.GetPod(ctx, namespace, name)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 	}
@@ -156,7 +166,7 @@ func (s *Source) PodsOnNode() []*corev1.Pod {
 // ServiceAccount reads a service account, live: a deleted and re-created
 // account must be seen with its new UID at once.
 func (s *Source) ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
-	sa, err := s.client.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	sa, err := s.client.GetServiceAccount(ctx, namespace, name)
 	if err != nil {
 		return nil, fmt.Errorf("service account %s/%s: %w", namespace, name, err)
 	}
@@ -195,7 +205,7 @@ func (s *Source) cachedToken(key tokenKey) *token {
 
 func (s *Source) mint(ctx context.Context, key tokenKey, pod *corev1.Pod, sa *corev1.ServiceAccount) (string, error) {
 	now := s.clock.Now()
-	tr, err := s.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+	tr, err := s.client.CreateToken(ctx, pod.Namespace, sa.Name, &authenticationv1.TokenRequest{
 		// The API refuses the request if the account's UID is no longer this one.
 		ObjectMeta: metav1.ObjectMeta{UID: sa.UID},
 		Spec: authenticationv1.TokenRequestSpec{
@@ -204,7 +214,7 @@ func (s *Source) mint(ctx context.Context, key tokenKey, pod *corev1.Pod, sa *co
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 			},
 		},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		if t := s.cachedToken(key); t != nil && now.Before(t.expires) {
 			// As the kubelet: keep serving the old token while it is valid.
@@ -263,7 +273,7 @@ func (s *Source) Secret(ctx context.Context, namespace, name string) (*corev1.Se
 	if ok && now.Before(c.until) {
 		return c.secret, c.err
 	}
-	sec, err := s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	sec, err := s.client.GetSecret(ctx, namespace, name)
 	if err != nil {
 		err = fmt.Errorf("secret %s/%s: %w", namespace, name, err)
 		if !apierrors.IsNotFound(err) {

@@ -1,4 +1,4 @@
-package podtoken
+package podtoken_test
 
 import (
 	"context"
@@ -22,6 +22,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/metrics"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
+	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -63,8 +66,8 @@ func newTokenAPI(objs ...runtime.Object) *tokenAPI {
 	return f
 }
 
-func (f *tokenAPI) source() *Source {
-	return New(f.client, "node-a", Options{Clock: f.clock, SecretTTL: 30 * time.Second})
+func (f *tokenAPI) source() *podtoken.Source {
+	return podtoken.New(podtokentest.API(f.client), "node-a", podtoken.Options{Clock: f.clock, SecretTTL: 30 * time.Second})
 }
 
 func testPod(ns, name, uid, sa string) *corev1.Pod {
@@ -87,7 +90,7 @@ func TestPod(t *testing.T) {
 		wantNotFound       bool
 	}{
 		{name: "a pod with the sandbox's UID is returned", ns: "team-a", pod: "web", uid: "uid-1"},
-		{name: "a pod of that name with another UID is another pod", ns: "team-a", pod: "web", uid: "uid-old", wantErr: ErrPodMismatch},
+		{name: "a pod of that name with another UID is another pod", ns: "team-a", pod: "web", uid: "uid-old", wantErr: podtoken.ErrPodMismatch},
 		{name: "a pod the API does not have is NotFound, wrapped", ns: "team-a", pod: "gone", uid: "uid-9", wantNotFound: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,9 +267,9 @@ func TestToken(t *testing.T) {
 			t.Fatalf("got %q, want a new token", tok)
 		}
 		api.clock.Step(2 * time.Hour)
-		src.dropExpired()
-		if len(src.tokens) != 0 {
-			t.Errorf("%d tokens left after expiry", len(src.tokens))
+		src.DropExpired()
+		if n := src.CachedTokens(); n != 0 {
+			t.Errorf("%d tokens left after expiry", n)
 		}
 	})
 }
@@ -338,7 +341,7 @@ func TestSecret(t *testing.T) {
 // registration.
 func TestRegisterClientMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if err := RegisterClientMetrics(reg); err != nil {
+	if err := podtoken.RegisterClientMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	metrics.ExecPluginCalls.Increment(0, "no_error")

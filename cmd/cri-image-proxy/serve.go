@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -339,11 +338,11 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 	}
 	rc.UserAgent = "cri-image-proxy/" + version
 	rc.QPS, rc.Burst = k.QPS, k.Burst
-	client, err := kubernetes.NewForConfig(rc)
+	api, err := podtoken.NewAPI(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes API: %w", err)
 	}
-	src := podtoken.New(client, k.NodeName, podtoken.Options{Logger: log})
+	src := podtoken.New(api, k.NodeName, podtoken.Options{Logger: log})
 	src.Start(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
