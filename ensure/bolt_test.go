@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -127,7 +129,33 @@ var migrationTests = []struct {
 	name  string
 	init  func(*bolt.Tx) error
 	check func(*bolt.Tx) error
-}{}
+}{
+	{
+		name: "version 2 indexes each record's update time, an undecodable record as old",
+		init: func(tx *bolt.Tx) error {
+			r := &Record{ImageRef: "sha256:" + strings.Repeat("a", 64), LastUpdatedTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			// Version 1 wrote records without the index.
+			if err := recordsBucket(tx).Put([]byte(r.ImageRef), data); err != nil {
+				return err
+			}
+			return recordsBucket(tx).Put([]byte("sha256:"+strings.Repeat("b", 64)), []byte("{garbage"))
+		},
+		check: func(tx *bolt.Tx) error {
+			ub := updatedBucket(tx)
+			if got := decodeTime(ub.Get(indexKey([]byte("sha256:" + strings.Repeat("a", 64))))); !got.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+				return fmt.Errorf("the record's update time is indexed as %v", got)
+			}
+			if v := ub.Get(indexKey([]byte("sha256:" + strings.Repeat("b", 64)))); v == nil || !decodeTime(v).IsZero() {
+				return fmt.Errorf("the undecodable record is indexed as %v (present: %v)", decodeTime(v), v != nil)
+			}
+			return nil
+		},
+	},
+}
 
 func TestMigrations(t *testing.T) {
 	t.Parallel()
@@ -291,4 +319,76 @@ func TestCountsMatchTheBuckets(t *testing.T) {
 	if records != 20 || in != 6 {
 		t.Errorf("counts %d records, %d intents; want 20, 6", records, in)
 	}
+}
+
+func TestIndexKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, ref string
+		size      int
+	}{
+		{"a sha256 image ID takes 33 bytes", "sha256:" + strings.Repeat("0f", 32), 33},
+		{"another algorithm is kept as text", "sha512:" + strings.Repeat("ab", 64), 1 + 7 + 128},
+		{"upper-case hex is kept as text, so that it comes back unchanged", "sha256:" + strings.Repeat("AB", 32), 1 + 71},
+		{"a short sha256 is kept as text", "sha256:abc", 1 + 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := indexKey([]byte(tc.ref))
+			if len(k) != tc.size || imageRefOf(k) != tc.ref {
+				t.Errorf("key of %d bytes gives back %q", len(k), imageRefOf(k))
+			}
+		})
+	}
+}
+
+func TestTheUpdatedIndexFollowsTheRecords(t *testing.T) {
+	t.Parallel()
+	s, _ := Open(filepath.Join(t.TempDir(), "ensure.db"), Options{})
+	defer s.Close()
+	ref := func(i int) string { return fmt.Sprintf("sha256:%064x", i) }
+	for i := range 12 {
+		if err := s.RecordPull(ref(i), "r.test/app", Credential{Hash: "h"}, "", t0.Add(time.Duration(i)*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Forget(ref(0))
+	s.RevokeImage(ref(1), t0.Add(100*time.Hour)) // now recent
+	// Absent and older than t0+6h: 2..5 go; 1 was just updated; 6..11 are recent.
+	n, err := s.Prune(func(r string) bool { return r == ref(3) }, t0.Add(6*time.Hour))
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d (%v), want 3", n, err)
+	}
+	s.db.View(func(tx *bolt.Tx) error {
+		var records, index []string
+		recordsBucket(tx).ForEach(func(k, _ []byte) error { records = append(records, string(k)); return nil })
+		updatedBucket(tx).ForEach(func(k, _ []byte) error { index = append(index, imageRefOf(k)); return nil })
+		if !slices.Equal(records, index) {
+			t.Errorf("records %v, index %v", records, index)
+		}
+		if got := decodeTime(updatedBucket(tx).Get(indexKey([]byte(ref(1))))); !got.Equal(t0.Add(100 * time.Hour)) {
+			t.Errorf("the revoked record's update time is indexed as %v", got)
+		}
+		return nil
+	})
+	for _, gone := range []int{0, 2, 4, 5} {
+		if _, err := s.Get(ref(gone)); !errors.Is(err, ErrNotFound) {
+			t.Errorf("record %d: %v, want gone", gone, err)
+		}
+	}
+	for _, kept := range []int{1, 3, 6, 11} {
+		if _, err := s.Get(ref(kept)); err != nil {
+			t.Errorf("record %d: %v, want kept", kept, err)
+		}
+	}
+}
+
+func FuzzIndexKeyRoundTrip(f *testing.F) {
+	f.Add("sha256:" + strings.Repeat("0f", 32))
+	f.Add("sha256:" + strings.Repeat("AB", 32))
+	f.Add("")
+	f.Fuzz(func(t *testing.T, ref string) {
+		if got := imageRefOf(indexKey([]byte(ref))); got != ref {
+			t.Errorf("%q comes back as %q", ref, got)
+		}
+	})
 }

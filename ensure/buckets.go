@@ -1,7 +1,10 @@
 package ensure
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -13,6 +16,7 @@ var (
 	bucketRecords = []byte("records") // image ID -> ImagePulledRecord
 	bucketIntents = []byte("intents") // intent ID -> ImagePullIntent
 	bucketRepos   = []byte("repos")   // repository -> how many records restrict it
+	bucketUpdated = []byte("updated") // compact image ID -> when its record last changed (version 2)
 
 	keyVersion      = []byte("version")
 	keySalt         = []byte("salt")
@@ -51,6 +55,7 @@ func recordsBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, b
 func intentsBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketIntents) }
 func metaBucket(tx *bolt.Tx) *bolt.Bucket    { return bucket(tx, bucketSchema, bucketMeta) }
 func reposBucket(tx *bolt.Tx) *bolt.Bucket   { return bucket(tx, bucketSchema, bucketRepos) }
+func updatedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketUpdated) }
 
 // count returns a counter of the meta bucket.
 func count(tx *bolt.Tx, key []byte) int {
@@ -81,6 +86,68 @@ func put(tx *bolt.Tx, b *bolt.Bucket, counter, k, v []byte) error {
 		return addCount(tx, counter, 1)
 	}
 	return nil
+}
+
+// putRecord stores a record's encoding under its image ID, with the time
+// it changed in the updated index.
+func putRecord(tx *bolt.Tx, imageRef, data []byte, updated time.Time) error {
+	if err := put(tx, recordsBucket(tx), keyRecordsCount, imageRef, data); err != nil {
+		return err
+	}
+	return updatedBucket(tx).Put(indexKey(imageRef), encodeTime(updated))
+}
+
+// delRecord deletes a record and its index entry; it reports whether there
+// was a record.
+func delRecord(tx *bolt.Tx, imageRef []byte) (bool, error) {
+	found, err := del(tx, recordsBucket(tx), keyRecordsCount, imageRef)
+	if err != nil {
+		return false, err
+	}
+	return found, updatedBucket(tx).Delete(indexKey(imageRef))
+}
+
+// indexKey is an image ID as the updated index stores it: a sha256 digest
+// as its 32 bytes after a 1, anything else as its text after a 0. Image IDs
+// are sha256 digests in practice, and the short key keeps the index, read
+// whole by every garbage collection, at ~60 bytes per record.
+func indexKey(imageRef []byte) []byte {
+	if len(imageRef) == len("sha256:")+64 && bytes.HasPrefix(imageRef, []byte("sha256:")) {
+		raw := make([]byte, 33)
+		raw[0] = 1
+		if _, err := hex.Decode(raw[1:], imageRef[len("sha256:"):]); err == nil && bytes.Equal(bytes.ToLower(imageRef), imageRef) {
+			return raw
+		}
+	}
+	return append([]byte{0}, imageRef...)
+}
+
+// imageRefOf inverts indexKey.
+func imageRefOf(key []byte) string {
+	if len(key) == 33 && key[0] == 1 {
+		return "sha256:" + hex.EncodeToString(key[1:])
+	}
+	if len(key) > 0 {
+		return string(key[1:])
+	}
+	return ""
+}
+
+// encodeTime and decodeTime are the updated index's values: Unix
+// nanoseconds, big-endian. A value that does not decode is the zero time
+// (old).
+func encodeTime(t time.Time) []byte {
+	if t.IsZero() {
+		return make([]byte, 8)
+	}
+	return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano()))
+}
+
+func decodeTime(v []byte) time.Time {
+	if len(v) != 8 || binary.BigEndian.Uint64(v) == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v)))
 }
 
 // del deletes a key of b, counting it under counter when it was there.

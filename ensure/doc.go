@@ -48,14 +48,21 @@
 //	│   └── *image ID* : <JSON ImagePulledRecord>
 //	├── intents
 //	│   └── *intent ID* : <JSON ImagePullIntent>
-//	└── repos
-//	    └── *repository* : <uvarint>   records with a mapping for it that is
-//	                                   not node-wide ("restricted"); kept
-//	                                   with each write, loaded at open
+//	├── repos
+//	│   └── *repository* : <uvarint>   records with a mapping for it that is
+//	│                                  not node-wide ("restricted"); kept
+//	│                                  with each write, loaded at open
+//	└── updated                          (version 2)
+//	    └── *image ID* : <8 bytes>       when its record last changed, Unix
+//	                                     nanoseconds big-endian; kept with
+//	                                     each write of a record
 //
 // The repos index lets ImageStatus of a repository no record restricts
 // pass without decoding (the common case: public and node-wide images),
-// and without reading the records.
+// and without reading the records. The updated index lets garbage
+// collection find the records of images gone from the node by reading
+// ~100 bytes per record instead of the records themselves, which would
+// bring the whole file into the daemon's memory every run.
 //
 // Update this drawing with every schema change; each change bumps the
 // version and comes with a migration and its test.

@@ -4,14 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// dbVersion is the version of the database layout this build writes. Bump
-// it, and add a migration and its test, with every change to the tree in
-// doc.go.
-const dbVersion = 1
+// baseVersion is the first version of the database layout. Every change
+// to the tree in doc.go adds a migration to the next version, and its test.
+const baseVersion = 1
 
 // migration brings a database from version-1 to version.
 type migration struct {
@@ -21,21 +21,37 @@ type migration struct {
 
 // migrations, in order. A migration test MUST be added for each (see
 // TestMigrations).
-var migrations = []migration{}
+var migrations = []migration{
+	{version: 2, migrate: indexUpdateTimes},
+}
+
+// indexUpdateTimes (version 2) fills the updated bucket from the records,
+// so that garbage collection reads the small index instead of every record
+// (which kept the whole file in the daemon's memory after each run).
+func indexUpdateTimes(tx *bolt.Tx) error {
+	ub := updatedBucket(tx)
+	return recordsBucket(tx).ForEach(func(k, v []byte) error {
+		var t time.Time // an undecodable record counts as old
+		if r, err := decodeRecord(k, v); err == nil {
+			t = r.LastUpdatedTime.Time
+		}
+		return ub.Put(indexKey(k), encodeTime(t))
+	})
+}
 
 // errNewerDatabase is returned for a file written by a newer build: it is
 // left untouched rather than misread.
 var errNewerDatabase = errors.New("the database was written by a newer cri-image-proxy")
 
 // initialize creates the buckets of a new file, or brings an older one to
-// dbVersion with the migrations; all in tx, so that a failure changes
+// the latest version with the migrations; all in tx, so that a failure changes
 // nothing.
 func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) error {
 	meta, err := createBucket(tx, bucketSchema, bucketMeta)
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos} {
+	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated} {
 		if _, err := createBucket(tx, bucketSchema, b); err != nil {
 			return err
 		}
@@ -76,7 +92,7 @@ func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) e
 // latest is the version the migrations lead to.
 func latest(migs []migration) int {
 	if len(migs) == 0 {
-		return dbVersion
+		return baseVersion
 	}
 	return migs[len(migs)-1].version
 }

@@ -293,7 +293,7 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 		if err != nil {
 			return nil, err
 		}
-		if err := put(tx, rb, keyRecordsCount, []byte(imageRef), data); err != nil {
+		if err := putRecord(tx, []byte(imageRef), data, now); err != nil {
 			return nil, err
 		}
 		if intentID != "" {
@@ -341,7 +341,7 @@ func (s *Store) Forget(imageRef string) (bool, error) {
 			}
 		}
 		var err error
-		found, err = del(tx, rb, keyRecordsCount, []byte(imageRef))
+		found, err = delRecord(tx, []byte(imageRef))
 		return []string{imageRef}, err
 	})
 	return found, err
@@ -378,7 +378,7 @@ func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
 			return nil, err
 		}
 		for _, c := range changes {
-			if err := rb.Put(c.k, c.v); err != nil {
+			if err := putRecord(tx, c.k, c.v, now); err != nil {
 				return nil, err
 			}
 		}
@@ -471,7 +471,7 @@ func (s *Store) PutRecords(recs []*Record) error {
 			if err != nil {
 				return nil, err
 			}
-			if err := put(tx, rb, keyRecordsCount, []byte(r.ImageRef), data); err != nil {
+			if err := putRecord(tx, []byte(r.ImageRef), data, r.LastUpdatedTime.Time); err != nil {
 				return nil, err
 			}
 		}
@@ -480,31 +480,30 @@ func (s *Store) PutRecords(recs []*Record) error {
 }
 
 // Prune deletes the records of images for which present returns false and
-// that were last updated before until; it returns how many it deleted.
+// that were last updated before until; it returns how many it deleted. It
+// reads the updated index, not the records: a run costs a few bytes per
+// record, not the whole file in memory.
 func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int, error) {
 	n := 0
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
-		rb := recordsBucket(tx)
 		var doomed [][]byte
-		err := rb.ForEach(func(k, v []byte) error {
-			if present(string(k)) {
-				return nil
+		err := updatedBucket(tx).ForEach(func(k, v []byte) error {
+			if ref := imageRefOf(k); !present(ref) && decodeTime(v).Before(until) {
+				doomed = append(doomed, []byte(ref))
 			}
-			r, err := decodeRecord(k, v)
-			if err == nil {
-				if !r.LastUpdatedTime.Time.Before(until) {
-					return nil // too recent: the image may be on its way in
-				}
-				d.replace(r, nil)
-			}
-			doomed = append(doomed, bytes.Clone(k))
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
+		rb := recordsBucket(tx)
 		for _, k := range doomed {
-			if _, err := del(tx, rb, keyRecordsCount, k); err != nil {
+			if v := rb.Get(k); v != nil {
+				if r, err := decodeRecord(k, v); err == nil {
+					d.replace(r, nil)
+				}
+			}
+			if _, err := delRecord(tx, k); err != nil {
 				return nil, err
 			}
 		}
