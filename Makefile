@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Packages without root or real components; e2e/ holds the end-to-end tests.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 
-.PHONY: help build deps test unit e2e bench demo demo-keep fuzz lint clean
+.PHONY: help build deps test unit e2e e2e-node bench demo demo-keep fuzz lint clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,14 +19,19 @@ deps: ## install what the e2e tests, bench and demo need (root: apt packages, cr
 	@if [ "$$(id -u)" = 0 ]; then hack/install-deps.sh; \
 	else echo "!!! not root: skipping hack/install-deps.sh; the e2e tests will SKIP !!!"; fi
 
-test: deps unit e2e ## unit and end-to-end tests (run as root for the e2e part)
+test: deps unit e2e e2e-node ## unit, end-to-end and node tests (run as root for the e2e parts)
 
 unit: ## unit tests, with the race detector
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
 	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
-	$(GO) test -v -count=1 -timeout 60m ./e2e/
+	$(GO) test -v -count=1 -timeout 60m -skip '^TestNode$$' ./e2e/
+
+e2e-node: ## the product under real kubelets (current and old): one-node cluster on this machine (root, 2+ cores)
+	@if [ "$$(id -u)" != 0 ] || [ "$$(nproc)" -lt 2 ]; then \
+	  echo "!!! e2e-node needs root and 2 cores (a kubelet, an apiserver, etcd and containerd): SKIPPED !!!"; \
+	else $(GO) test -v -count=1 -timeout 45m -run '^TestNode$$' ./e2e/; fi
 
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./bench $(BENCH_FLAGS)

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# build-k8s.sh [COMPONENT...]: build Kubernetes components for the e2e tests
-# from the Go module proxy (module hack/k8s: k8s.io/kubernetes and the etcd
-# it pins), into $TOOLS_DIR/k8s-$VERSION. A binary already there at the
-# right version is kept: a machine builds each once (6-11 minutes for
-# kube-apiserver on 2 cores with a cold Go cache, seconds when warm).
+# build-k8s.sh [--module DIR] [COMPONENT...]: build Kubernetes components for
+# the e2e tests from the Go module proxy, into $TOOLS_DIR/k8s-$VERSION. The
+# module (hack/k8s by default: the current k8s.io/kubernetes and the etcd it
+# pins; hack/k8s-old: the old kubelet) fixes the version. A binary already
+# there is kept: a machine builds each once (6-11 minutes for kube-apiserver
+# on 2 cores with a cold Go cache, seconds when warm).
 #
 # COMPONENT: kube-apiserver, etcd, kubelet (default: kube-apiserver etcd).
 set -euo pipefail
-cd "$(dirname "$0")/k8s"
+module=k8s
+if [ "${1:-}" = --module ]; then
+	module=${2:?--module needs a directory under hack/}
+	shift 2
+fi
+cd "$(dirname "$0")/$module"
 export PATH=/usr/local/go/bin:$PATH
 TOOLS_DIR=${TOOLS_DIR:-/var/cache/cri-image-proxy/tools}
-V=$(sed -n 's/^\tk8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' go.mod)
+V=$(sed -n 's/^\(require \)\{0,1\}[[:space:]]*k8s.io\/kubernetes \(v[0-9.]*\)$/\2/p' go.mod | head -1)
+[ -n "$V" ] || { echo "build-k8s: no k8s.io/kubernetes version in $PWD/go.mod" >&2; exit 1; }
 OUT=$TOOLS_DIR/k8s-$V
 mkdir -p "$OUT"
 components=("$@")

@@ -21,7 +21,8 @@ fi
 
 # 1. Debian packages. The image ships a policy-rc.d that keeps packaged services from
 #    starting, which is what we want: the tests run their own private instances.
-pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates)
+# gcc and libc6-dev: the kubelet is built with cgo, as upstream builds it.
+pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates gcc libc6-dev)
 need=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
@@ -54,8 +55,11 @@ if [ ! -x "$TOOLS_DIR/crictl" ] || [ ! -x "$TOOLS_DIR/critest" ] ||
 	mv "$TOOLS_DIR/crictl.new" "$TOOLS_DIR/crictl"
 	mv "$TOOLS_DIR/critest.new" "$TOOLS_DIR/critest"
 fi
-# 3. kube-apiserver and etcd for the service-account tests (module hack/k8s;
-#    5-11 minutes on a cold Go cache, kept in $TOOLS_DIR afterwards).
-TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" kube-apiserver etcd
+# 3. kube-apiserver, etcd and the kubelet for the service-account and node
+#    tests (module hack/k8s; 5-11 minutes on a cold Go cache), and the old
+#    kubelet (module hack/k8s-old, about 6 minutes more); all kept in
+#    $TOOLS_DIR afterwards.
+TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" kube-apiserver etcd kubelet
+TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" --module k8s-old kubelet
 
 log "ready: $(containerd --version 2>/dev/null | head -1); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"

@@ -102,7 +102,9 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	os.WriteFile(saKey, priv, 0o600)
 	os.WriteFile(saPub, pub, 0o644)
 	var tokens strings.Builder
-	for i, u := range append([]KubeUser{{Name: "admin", Groups: []string{"system:masters"}}}, users...) {
+	// The admin, the rig's node (see NodeName) and the callers' users.
+	users = append([]KubeUser{{Name: "admin", Groups: []string{"system:masters"}}, {Name: NodeUser, Groups: []string{"system:nodes"}}}, users...)
+	for i, u := range users {
 		tok := randomHex(16)
 		k.Tokens[u.Name] = tok
 		fmt.Fprintf(&tokens, "%s,%s,uid-%d,\"%s\"\n", tok, u.Name, i, strings.Join(u.Groups, ","))
@@ -268,6 +270,38 @@ func (k *Kube) BindClusterRoles(path, group string) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("no ClusterRole in %s", path)
+	}
+	return nil
+}
+
+// CreateRBAC creates the ClusterRoles and ClusterRoleBindings of an RBAC
+// manifest as they are written (deploy/kubernetes/token-audiences.yaml,
+// its audience filled in).
+func (k *Kube) CreateRBAC(manifest []byte) error {
+	ctx := context.Background()
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return err
+		}
+		var err error
+		switch meta.Kind {
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			if err = yaml.UnmarshalStrict([]byte(doc), &o); err == nil {
+				_, err = k.Admin.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			if err = yaml.UnmarshalStrict([]byte(doc), &o); err == nil {
+				_, err = k.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+			}
+		default:
+			err = fmt.Errorf("CreateRBAC: unexpected kind %q", meta.Kind)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

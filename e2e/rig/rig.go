@@ -217,6 +217,12 @@ func (r *Rig) RegistryRequests() ([]RegistryRequest, error) {
 	return readAccessLog(r.registries[0].Log)
 }
 
+// AnonRegistryRequests returns every request the anonymous view of the
+// registry has answered so far.
+func (r *Rig) AnonRegistryRequests() ([]RegistryRequest, error) {
+	return readAccessLog(r.registries[1].Log)
+}
+
 // AddMirror makes containerd pull the registry name from 127.0.0.1:port
 // (plain HTTP), e.g. a relay in front of the rig's registry.
 func (r *Rig) AddMirror(name string, port int) error {
