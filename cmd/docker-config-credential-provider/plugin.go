@@ -1,13 +1,9 @@
 package main
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -22,15 +18,6 @@ var codecs = func() serializer.CodecFactory {
 	install.Install(s)
 	return serializer.NewCodecFactory(s, serializer.EnableStrict)
 }()
-
-// dockerConfig is the part of config.json the plugin reads.
-type dockerConfig struct {
-	Auths map[string]struct {
-		Username string `json:"username"`
-		Password string `json:"password"`
-		Auth     string `json:"auth"`
-	} `json:"auths"`
-}
 
 // run answers one request read from in, on out.
 func run(in io.Reader, out io.Writer, configPath string) error {
@@ -49,9 +36,14 @@ func run(in io.Reader, out io.Writer, configPath string) error {
 	if req.Image == "" {
 		return errors.New("the request names no image")
 	}
-	auth, keyType, err := lookup(configPath, req.Image)
+	cfg, err := credplugins.ReadDockerConfig(configPath)
 	if err != nil {
 		return err
+	}
+	found, keyType := cfg.Lookup(req.Image)
+	auth := make(map[string]credentialproviderapi.AuthConfig, len(found))
+	for k, c := range found {
+		auth[k] = credentialproviderapi.AuthConfig{Username: c.Username, Password: c.Password}
 	}
 	resp := &credentialproviderapi.CredentialProviderResponse{CacheKeyType: keyType, Auth: auth}
 	info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeJSON)
@@ -62,41 +54,4 @@ func run(in io.Reader, out io.Writer, configPath string) error {
 	}
 	_, err = out.Write(b)
 	return err
-}
-
-// lookup returns the entries of the config file that match image.
-func lookup(path, image string) (map[string]credentialproviderapi.AuthConfig, credentialproviderapi.PluginCacheKeyType, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, "", fmt.Errorf("docker config: %w", err)
-	}
-	var cfg dockerConfig
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		// Not wrapped: a JSON error can quote the file, credentials included.
-		return nil, "", fmt.Errorf("docker config %s: not valid JSON", path)
-	}
-	auth := map[string]credentialproviderapi.AuthConfig{}
-	keyType := credentialproviderapi.RegistryPluginCacheKeyType
-	for raw, e := range cfg.Auths {
-		key, ok := credplugins.AuthKey(raw)
-		if !ok || !credplugins.MatchImage(key, image) {
-			continue
-		}
-		user, pass := e.Username, e.Password
-		if e.Auth != "" {
-			dec, err := base64.StdEncoding.DecodeString(e.Auth)
-			if err != nil {
-				return nil, "", fmt.Errorf("docker config %s: auths[%q].auth is not base64", path, raw)
-			}
-			var found bool
-			if user, pass, found = strings.Cut(string(dec), ":"); !found {
-				return nil, "", fmt.Errorf("docker config %s: auths[%q].auth is not base64 of user:password", path, raw)
-			}
-		}
-		auth[key] = credentialproviderapi.AuthConfig{Username: user, Password: pass}
-		if strings.Contains(key, "/") {
-			keyType = credentialproviderapi.ImagePluginCacheKeyType // a path: the answer depends on the image
-		}
-	}
-	return auth, keyType, nil
 }
