@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # Packages without root or real components; e2e/ holds the end-to-end tests.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 
-.PHONY: help build deps test unit e2e e2e-node bench demo demo-keep fuzz lint clean
+.PHONY: help build deps test unit e2e e2e-node bench demo demo-keep fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,6 +54,31 @@ lint: ## gofmt, go vet, and a doc.go in every package
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	@for d in $$($(GO) list -f '{{.Dir}}' ./...); do [ -f $$d/doc.go ] || { echo "no doc.go in $$d"; exit 1; }; done
+
+# make install: this node, as root. DESTDIR stages the files elsewhere
+# (packaging, tests); PREFIX is where the binary goes.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+SYSTEMD := $(shell [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && echo yes)
+
+install: build ## install on this node (root): binary, systemd unit, a config if there is none; see docs/install.md
+	install -D -m 0755 $(BIN)/cri-image-proxy $(DESTDIR)$(PREFIX)/bin/cri-image-proxy
+	install -d -m 0755 $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/cri-image-proxy
+	sed 's|/usr/local/bin/cri-image-proxy|$(PREFIX)/bin/cri-image-proxy|' deploy/systemd/cri-image-proxy.service \
+	  > $(DESTDIR)/etc/systemd/system/cri-image-proxy.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/cri-image-proxy.service
+	@[ -e $(DESTDIR)/etc/cri-image-proxy/config.yaml ] || \
+	  install -m 0644 deploy/examples/proxy-config.yaml $(DESTDIR)/etc/cri-image-proxy/config.yaml
+	@if [ -n "$(SYSTEMD)" ]; then systemctl daemon-reload; fi
+	@echo "installed. Next: review /etc/cri-image-proxy/config.yaml, then"
+	@echo "  systemctl enable --now cri-image-proxy"
+	@echo "and point the kubelet at it: deploy/examples/kubelet-dropin.conf (docs/install.md)."
+
+uninstall: ## stop and remove the service and binary (root); keeps /etc/cri-image-proxy and the records in /var/lib/cri-image-proxy
+	@if [ -n "$(SYSTEMD)" ]; then systemctl disable --now cri-image-proxy || true; fi
+	rm -f $(DESTDIR)$(PREFIX)/bin/cri-image-proxy $(DESTDIR)/etc/systemd/system/cri-image-proxy.service
+	@if [ -n "$(SYSTEMD)" ]; then systemctl daemon-reload; fi
+	@echo "removed. Remove the kubelet drop-in first if the kubelet pointed at the proxy (docs/install.md)."
 
 clean: ## remove build output
 	rm -rf $(BIN) _output

@@ -22,7 +22,8 @@ fi
 # 1. Debian packages. The image ships a policy-rc.d that keeps packaged services from
 #    starting, which is what we want: the tests run their own private instances.
 # gcc and libc6-dev: the kubelet is built with cgo, as upstream builds it.
-pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates gcc libc6-dev)
+# systemd: systemd-analyze verify checks the unit (nothing is started).
+pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates gcc libc6-dev systemd)
 need=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")

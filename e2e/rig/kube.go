@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
@@ -35,8 +36,9 @@ type Kube struct {
 	CA     []byte // the apiserver's self-signed certificate
 	// Tokens are the static bearer tokens, by user name.
 	Tokens map[string]string
-	// Admin is a client in system:masters.
-	Admin *kubernetes.Clientset
+	// Admin is a client in system:masters, AdminConfig its configuration.
+	Admin       *kubernetes.Clientset
+	AdminConfig *rest.Config
 
 	etcd, apiserver *Proc
 }
@@ -149,6 +151,7 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	}
 	// Tests and the bench create objects in bulk: no client-side throttle.
 	cfg.QPS, cfg.Burst = -1, 0
+	k.AdminConfig = cfg
 	if k.Admin, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
