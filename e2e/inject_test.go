@@ -37,12 +37,8 @@ func (s pluginSetup) runs(name string) int {
 // registry, and for gcr.io (critest's images) too.
 func newPluginSetup(t *testing.T, users map[string]string) pluginSetup {
 	t.Helper()
-	dir, err := os.MkdirTemp(testRig.Dir, "plugins")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := pluginSetup{dir: dir, binDir: filepath.Join(dir, "bin"), config: filepath.Join(dir, "providers.yaml")}
-	os.MkdirAll(s.binDir, 0o755)
+	s := newPluginDir(t, "plugins")
+	dir := s.dir
 	var providers []map[string]any
 	for name, cred := range users {
 		user, pass, _ := strings.Cut(cred, ":")
@@ -73,6 +69,42 @@ func newPluginSetup(t *testing.T, users map[string]string) pluginSetup {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// newPluginDir makes an empty plugin setup (a bin directory, a config
+// path) in the rig's directory.
+func newPluginDir(t *testing.T, prefix string) pluginSetup {
+	t.Helper()
+	dir, err := os.MkdirTemp(testRig.Dir, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pluginSetup{dir: dir, binDir: filepath.Join(dir, "bin"), config: filepath.Join(dir, "providers.yaml")}
+	if err := os.MkdirAll(s.binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// wrap installs the plugin name: a wrapper that notes each run in its
+// count file and runs target.
+func (s pluginSetup) wrap(t *testing.T, name, target string) {
+	t.Helper()
+	wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", s.countFile(name), target)
+	if err := os.WriteFile(filepath.Join(s.binDir, name), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeTokenUsers writes the token plugin's user:password file and
+// returns its path.
+func (s pluginSetup) writeTokenUsers(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(s.dir, "credentials")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("alice:%s\nbob:%s\n", rig.Users["alice"], rig.Users["bob"])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // breakPlugin replaces the named wrapper of s with script.

@@ -236,21 +236,14 @@ func (e *nodeEnv) tearDown(t *testing.T) {
 // and the token plugin for prefix/bysa.
 func nodePlugins(t *testing.T, prefix string) pluginSetup {
 	t.Helper()
-	dir, err := os.MkdirTemp(testRig.Dir, "nodeplugins")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := pluginSetup{dir: dir, binDir: filepath.Join(dir, "bin"), config: filepath.Join(dir, "providers.yaml")}
-	os.MkdirAll(s.binDir, 0o755)
+	s := newPluginDir(t, "nodeplugins")
+	dir := s.dir
 	dockerConfig := filepath.Join(dir, "config.json")
 	b, _ := json.Marshal(map[string]any{"auths": map[string]any{testRig.Registry: map[string]string{"username": "user", "password": rig.Users["user"]}}})
 	os.WriteFile(dockerConfig, b, 0o600)
-	creds := filepath.Join(dir, "credentials")
-	os.WriteFile(creds, []byte(fmt.Sprintf("alice:%s\nbob:%s\n", rig.Users["alice"], rig.Users["bob"])), 0o600)
-	for name, target := range map[string]string{"node-creds": pluginBin, "token-provider": tokenBin} {
-		wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", s.countFile(name), target)
-		os.WriteFile(filepath.Join(s.binDir, name), []byte(wrapper), 0o755)
-	}
+	creds := s.writeTokenUsers(t)
+	s.wrap(t, "node-creds", pluginBin)
+	s.wrap(t, "token-provider", tokenBin)
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
 providers:

@@ -100,16 +100,10 @@ func createNamespace(t *testing.T, k *rig.Kube, ns string) {
 // kubelet's KEP-4412 attributes, with a required annotation.
 func tokenPluginSetup(t *testing.T) pluginSetup {
 	t.Helper()
-	dir, err := os.MkdirTemp(testRig.Dir, "tokenplugin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := pluginSetup{dir: dir, binDir: filepath.Join(dir, "bin"), config: filepath.Join(dir, "providers.yaml")}
-	os.MkdirAll(s.binDir, 0o755)
-	creds := filepath.Join(dir, "credentials")
-	os.WriteFile(creds, []byte(fmt.Sprintf("alice:%s\nbob:%s\n", rig.Users["alice"], rig.Users["bob"])), 0o600)
-	wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", s.countFile("token-provider"), tokenBin)
-	os.WriteFile(filepath.Join(s.binDir, "token-provider"), []byte(wrapper), 0o755)
+	s := newPluginDir(t, "tokenplugin")
+	dir := s.dir
+	creds := s.writeTokenUsers(t)
+	s.wrap(t, "token-provider", tokenBin)
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
 providers:
