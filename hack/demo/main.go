@@ -38,9 +38,12 @@ func run(keep bool) error {
 	}
 	defer os.RemoveAll(work)
 	bin := filepath.Join(work, "cri-image-proxy")
-	step("building cri-image-proxy")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cri-image-proxy").CombinedOutput(); err != nil {
-		return fmt.Errorf("build: %v: %s", err, out)
+	plugin := filepath.Join(work, "plugins", "node-creds")
+	step("building cri-image-proxy and the reference credential plugin")
+	for out, pkg := range map[string]string{bin: "./cmd/cri-image-proxy", plugin: "./cmd/docker-config-credential-provider"} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v: %s", pkg, err, b)
+		}
 	}
 
 	step("starting a private containerd and a registry with htpasswd authentication (127.0.0.1 only)")
@@ -50,15 +53,34 @@ func run(keep bool) error {
 	}
 	defer r.Stop()
 
+	// The node's credentials for team-b's images, in a docker config.json
+	// the reference plugin reads; the kubelet-format provider config.
+	dockerConfig := filepath.Join(work, "plugins", "config.json")
+	os.WriteFile(dockerConfig, []byte(fmt.Sprintf(`{"auths":{%q:{"username":"user","password":%q}}}`, r.Registry+"/team-b", rig.Users["user"])), 0o600)
+	providers := filepath.Join(work, "providers.yaml")
+	os.WriteFile(providers, []byte(fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+  - name: node-creds
+    matchImages: ["%s/team-b"]
+    defaultCacheDuration: 5m
+    apiVersion: credentialprovider.kubelet.k8s.io/v1
+    args: ["--docker-config", "%s"]
+`, r.Registry, dockerConfig)), 0o644)
+
 	sock := filepath.Join(r.Dir, "cri-image-proxy.sock")
+	admin := filepath.Join(work, "admin.sock")
+	db := filepath.Join(work, "ensure.db")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	mon := l.Addr().String()
 	l.Close()
-	step("starting cri-image-proxy on %s, forwarding to containerd", sock)
-	proxy, err := r.StartProxy(bin, sock, "--monitoring-address", mon, "--log-level", "info")
+	step("starting cri-image-proxy on %s, forwarding to containerd, with credential injection and ensure-secret-pulled-images", sock)
+	proxy, err := r.StartProxy(bin, sock, "--monitoring-address", mon, "--log-level", "info",
+		"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", filepath.Dir(plugin),
+		"--ensure-secret-pulled-images", "--ensure-database", db, "--admin-socket", admin)
 	if err != nil {
 		return err
 	}
@@ -66,17 +88,28 @@ func run(keep bool) error {
 
 	ep := "unix://" + sock
 	image := r.Registry + "/" + rig.TeamAImage
-	crictl := func(args ...string) rig.Result {
-		fmt.Printf("$ crictl %s\n", strings.Join(args, " "))
+	run := func(endpoint string, args ...string) rig.Result {
+		who := "crictl"
+		if endpoint != ep {
+			who = "crictl (straight to containerd)"
+		}
+		fmt.Printf("$ %s %s\n", who, strings.Join(args, " "))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		res := r.Crictl(ctx, ep, args...)
+		res := r.Crictl(ctx, endpoint, args...)
 		fmt.Print(indent(res.Stdout))
 		if res.Err != nil {
 			fmt.Print(indent(lastLine(res.Stderr)))
 		}
 		return res
 	}
+	crictl := func(args ...string) rig.Result { return run(ep, args...) }
+	tenant := func(name string) string {
+		path := filepath.Join(work, name+".json")
+		os.WriteFile(path, []byte(fmt.Sprintf(`{"metadata":{"name":%q,"namespace":%q,"uid":"%s-uid","attempt":1},"log_directory":%q,"linux":{"security_context":{"namespace_options":{"network":2}}}}`, name, name, name, work)), 0o644)
+		return path
+	}
+	tenantA, tenantB := tenant("tenant-a"), tenant("tenant-b")
 
 	step("crictl talks to the proxy exactly as it would to containerd")
 	crictl("version")
@@ -86,20 +119,44 @@ func run(keep bool) error {
 		return fmt.Errorf("an anonymous pull of a private image succeeded")
 	}
 
-	step("with credentials the pull succeeds")
-	if res := crictl("pull", "--creds", "user:"+rig.Users["user"], image); res.Err != nil {
+	step("tenant A pulls it with its own credentials (its pod's identity comes with the pull)")
+	if res := crictl("pull", "--pod-config", tenantA, "--creds", "alice:"+rig.Users["alice"], image); res.Err != nil {
 		return fmt.Errorf("pull with credentials failed")
 	}
-	crictl("images")
+
+	step("tenant B has no credentials: the image is on the node, but not for B (kubernetes/kubernetes#18787)")
+	idOnly := []string{"inspecti", "-o", "go-template", "--template", "{{.status.id}}", image}
+	run("unix://"+r.ContainerdSock, idOnly...)
+	crictl(idOnly...)
+	if res := crictl("pull", "--pod-config", tenantB, image); res.Err == nil {
+		return fmt.Errorf("tenant B pulled a private image without credentials")
+	}
+
+	step("tenant B with its own valid credentials: verified once by the registry, then served")
+	if res := crictl("pull", "--pod-config", tenantB, "--creds", "bob:"+rig.Users["bob"], image); res.Err != nil {
+		return fmt.Errorf("tenant B's pull with its credentials failed")
+	}
+
+	step("what the proxy remembers: salted hashes, never a password")
+	fmt.Printf("$ cri-image-proxy records list\n")
+	if out, err := exec.Command(bin, "records", "list", "--admin-socket", admin).CombinedOutput(); err == nil {
+		fmt.Print(indent(string(out)))
+	} else {
+		return fmt.Errorf("records list: %v: %s", err, out)
+	}
+
+	step("a pull without credentials of team-b's image: the node's credential plugin supplies them")
+	if res := crictl("pull", r.Registry+"/"+rig.TeamBImage); res.Err != nil {
+		return fmt.Errorf("pull with injected credentials failed")
+	}
 
 	step("pods and containers run through the proxy too")
 	bb := r.Registry + "/" + rig.BusyboxImage
-	if res := crictl("pull", "--creds", "user:"+rig.Users["user"], bb); res.Err != nil {
+	pod := tenant("demo")
+	if res := crictl("pull", "--pod-config", pod, "--creds", "user:"+rig.Users["user"], bb); res.Err != nil {
 		return fmt.Errorf("pull busybox failed")
 	}
-	pod := filepath.Join(work, "pod.json")
 	ctr := filepath.Join(work, "ctr.json")
-	os.WriteFile(pod, []byte(fmt.Sprintf(`{"metadata":{"name":"demo","namespace":"demo","uid":"demo-uid","attempt":1},"log_directory":%q,"linux":{"security_context":{"namespace_options":{"network":2}}}}`, work)), 0o644)
 	os.WriteFile(ctr, []byte(fmt.Sprintf(`{"metadata":{"name":"hello"},"image":{"image":%q},"command":["sh","-c","echo hello from a container started through cri-image-proxy; sleep 3600"],"log_path":"hello.log","linux":{}}`, bb)), 0o644)
 	podID := strings.TrimSpace(crictl("runp", pod).Stdout)
 	ctrID := strings.TrimSpace(crictl("create", podID, ctr, pod).Stdout)
@@ -115,7 +172,8 @@ func run(keep bool) error {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(line, "cri_image_proxy_requests_total") || strings.HasPrefix(line, "cri_image_proxy_backend_up") {
+			if strings.HasPrefix(line, "cri_image_proxy_requests_total") || strings.HasPrefix(line, "cri_image_proxy_backend_up") ||
+				strings.HasPrefix(line, "cri_image_proxy_ensure_") || strings.HasPrefix(line, "cri_image_proxy_credential_injection") {
 				fmt.Println("    " + line)
 			}
 		}
