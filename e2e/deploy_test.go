@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,9 @@ func TestInstall(t *testing.T) {
 
 	t.Run("install again keeps the operator's config; uninstall keeps config and records", func(t *testing.T) {
 		os.WriteFile(cfg, []byte("# edited\n"), 0o644)
+		records := filepath.Join(root, "var/lib/cri-image-proxy/ensure.db")
+		os.MkdirAll(filepath.Dir(records), 0o700)
+		os.WriteFile(records, []byte("records"), 0o600)
 		mk("install")
 		if b, _ := os.ReadFile(cfg); string(b) != "# edited\n" {
 			t.Errorf("install overwrote the config")
@@ -87,8 +91,10 @@ func TestInstall(t *testing.T) {
 				t.Errorf("%s left by uninstall", gone)
 			}
 		}
-		if _, err := os.Stat(cfg); err != nil {
-			t.Errorf("uninstall removed the config: %v", err)
+		for _, kept := range []string{cfg, records} {
+			if _, err := os.Stat(kept); err != nil {
+				t.Errorf("uninstall removed %s: %v", kept, err)
+			}
 		}
 	})
 }
@@ -136,7 +142,7 @@ func TestDeployManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, doc := range strings.Split(string(data), "\n---\n") {
-			t.Run(filepath.Base(f)+"#"+string(rune('1'+i)), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s#%d", filepath.Base(f), i+1), func(t *testing.T) {
 				if err := apply([]byte(doc)); err != nil {
 					t.Errorf("the API refuses it: %v", err)
 				}
