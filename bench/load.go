@@ -129,12 +129,4 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func medianDur(xs []time.Duration) time.Duration {
-	f := make([]float64, len(xs))
-	for i, x := range xs {
-		f[i] = float64(x)
-	}
-	return time.Duration(median(f))
-}
-
 func us(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }

@@ -233,6 +233,9 @@ func (e *benchEnv) close() {
 	if e.token != nil && e.token.kube != nil {
 		e.token.kube.Stop()
 	}
+	if e.ensure != nil && e.ensure.relay != nil {
+		e.ensure.relay.close()
+	}
 }
 
 func (e *benchEnv) describe() string {

@@ -154,6 +154,7 @@ func (in *Injector) Lookup(ctx context.Context, image string, pod *PodRef) ([]Ca
 func candidates(image string, answers []Answer) []Candidate {
 	type ranked struct {
 		Candidate
+		key      string // Key normalized (AuthKey): what the order compares
 		provider int
 	}
 	var all, hub []ranked
@@ -163,7 +164,7 @@ func candidates(image string, answers []Answer) []Candidate {
 			if !ok {
 				continue
 			}
-			c := ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred, ServiceAccount: a.ServiceAccount}, i}
+			c := ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred, ServiceAccount: a.ServiceAccount}, k, i}
 			if MatchImage(k, image) {
 				all = append(all, c)
 			} else if k == "index.docker.io" && isDefaultRegistryImage(image) {
@@ -176,8 +177,7 @@ func candidates(image string, answers []Answer) []Candidate {
 	}
 	sort.SliceStable(all, func(i, j int) bool {
 		a, b := all[i], all[j]
-		ka, _ := AuthKey(a.Key)
-		kb, _ := AuthKey(b.Key)
+		ka, kb := a.key, b.key
 		if wa, wb := isWildcard(ka), isWildcard(kb); wa != wb {
 			return !wa
 		}

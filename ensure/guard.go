@@ -19,6 +19,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
@@ -291,25 +292,37 @@ func (g *Guard) WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool {
 
 var _ criproxy.ImageStatusFilter = (*Guard)(nil)
 
-// repository is Repository, remembered: the same few names come back on
-// every kubelet sync, and parsing one costs microseconds.
-func (g *Guard) repository(image string) (string, bool) {
+// parse is Repository and normalizedRef of image, remembered: the same
+// few names come back on every kubelet sync, and parsing one costs
+// microseconds.
+func (g *Guard) parse(image string) parsedName {
 	if v, ok := g.names.Load(image); ok {
-		r := v.(parsedName)
-		return r.repo, r.ok
+		return v.(parsedName)
 	}
-	repo, ok := Repository(image)
+	var p parsedName
+	if !isImageID(image) {
+		if named, err := reference.ParseNormalizedNamed(image); err == nil {
+			p = parsedName{repo: named.Name(), ref: reference.TagNameOnly(named).String(), ok: true}
+		}
+	}
 	if g.namesLen.Add(1) > maxRememberedNames {
 		g.names.Clear()
 		g.namesLen.Store(0)
 	}
-	g.names.Store(image, parsedName{repo, ok})
-	return repo, ok
+	g.names.Store(image, p)
+	return p
+}
+
+// repository is Repository, remembered.
+func (g *Guard) repository(image string) (string, bool) {
+	p := g.parse(image)
+	return p.repo, p.ok
 }
 
 type parsedName struct {
-	repo string
-	ok   bool
+	repo string // the normalized repository ("docker.io/library/nginx")
+	ref  string // the full normalized reference, default tag added
+	ok   bool   // false for what is no name (an image ID)
 }
 
 const maxRememberedNames = 8192
@@ -320,11 +333,7 @@ func Repository(image string) (string, bool) {
 	if isImageID(image) {
 		return "", false
 	}
-	named, err := reference.ParseNormalizedNamed(image)
-	if err != nil {
-		return "", false
-	}
-	return named.Name(), true
+	return credplugins.Repository(image)
 }
 
 var imageIDPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{64}$`)

@@ -2,8 +2,6 @@ package ensure
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"slices"
 	"strings"
 
@@ -84,45 +82,25 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 
 // secretCredentials returns the credentials of a docker config secret
 // that match repo, as the kubelet's keyring would send them to the
-// runtime: username and password only.
+// runtime: username and password only. A secret that does not parse gives
+// none (its pod is then not entitled by it).
 func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig {
-	type entry struct {
-		Username string `json:"username"`
-		Password string `json:"password"`
-		Auth     string `json:"auth"`
-	}
-	auths := map[string]entry{}
+	var cfg *credplugins.DockerConfig
+	var err error
 	switch sec.Type {
 	case corev1.SecretTypeDockerConfigJson:
-		var cfg struct {
-			Auths map[string]entry `json:"auths"`
-		}
-		if json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &cfg) != nil {
-			return nil
-		}
-		auths = cfg.Auths
+		cfg, err = credplugins.ParseDockerConfig(sec.Data[corev1.DockerConfigJsonKey])
 	case corev1.SecretTypeDockercfg:
-		if json.Unmarshal(sec.Data[corev1.DockerConfigKey], &auths) != nil {
-			return nil
-		}
+		cfg, err = credplugins.ParseDockercfg(sec.Data[corev1.DockerConfigKey])
 	default:
 		return nil
 	}
+	if err != nil {
+		return nil
+	}
 	var out []*runtimeapi.AuthConfig
-	for k, e := range auths {
-		key, ok := credplugins.AuthKey(k)
-		if !ok || !credplugins.MatchImage(key, repo) {
-			continue
-		}
-		if e.Auth != "" {
-			// The kubelet decodes "auth" into username and password.
-			if dec, err := base64.StdEncoding.DecodeString(e.Auth); err == nil {
-				if u, p, found := strings.Cut(string(dec), ":"); found {
-					e.Username, e.Password = u, p
-				}
-			}
-		}
-		out = append(out, &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password})
+	for _, c := range cfg.Credentials(repo) {
+		out = append(out, &runtimeapi.AuthConfig{Username: c.Username, Password: c.Password})
 	}
 	return out
 }
@@ -131,8 +109,8 @@ func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig
 // (as the kubelet names it) that are not running yet: what an ImageStatus
 // for image can be for.
 func (g *Guard) waitingContainers(image string) map[*corev1.Pod][]corev1.Container {
-	want, ok := normalizedRef(image)
-	if !ok {
+	want := g.parse(image)
+	if !want.ok {
 		return nil
 	}
 	out := map[*corev1.Pod][]corev1.Container{}
@@ -153,7 +131,7 @@ func (g *Guard) waitingContainers(image string) map[*corev1.Pod][]corev1.Contain
 			cs = append(cs, corev1.Container(e.EphemeralContainerCommon))
 		}
 		for _, c := range cs {
-			if n, ok := normalizedRef(c.Image); ok && n == want && !started[c.Name] {
+			if n := g.parse(c.Image); n.ok && n.ref == want.ref && !started[c.Name] {
 				out[p] = append(out[p], c)
 			}
 		}

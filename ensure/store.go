@@ -14,6 +14,7 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
@@ -95,7 +96,7 @@ func Open(path string, opts Options) (*Store, error) {
 		// whole file stayed in the daemon's memory (+105 MiB RSS).
 		NoFreelistSync: false,
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("ensure database %s: locked by another process (is cri-image-proxy running? use its admin socket)", path)
 	}
 	if err != nil {

@@ -21,6 +21,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 )
 
 // ErrPodMismatch is returned when the API's pod of that name is not the
@@ -123,18 +125,8 @@ func (s *Source) Start(ctx context.Context) {
 
 // WaitForSync waits until the informer has listed the node's pods, or ctx ends.
 func (s *Source) WaitForSync(ctx context.Context) bool {
-	for !s.synced() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return true
+	return cache.WaitForCacheSync(ctx.Done(), s.synced)
 }
-
-// Synced reports whether the informer has listed the node's pods.
-func (s *Source) Synced() bool { return s.synced() }
 
 // Pod returns the pod namespace/name whose UID is uid: from the informer,
 // else with a GET (a pod the informer has not seen yet).
@@ -184,7 +176,7 @@ func (s *Source) Token(ctx context.Context, pod *corev1.Pod, sa *corev1.ServiceA
 	if t := s.cachedToken(key); t != nil && s.clock.Now().Before(t.refreshAt) {
 		return t.value, nil
 	}
-	v, err, _ := s.minting.Do(key.podUID+"\x00"+key.saName+"\x00"+key.saUID+"\x00"+key.audience, func() (any, error) {
+	v, err, _ := s.minting.Do(authcache.FlightKey(key.podUID, key.saName, key.saUID, key.audience), func() (any, error) {
 		// Another flight may have just minted it.
 		if t := s.cachedToken(key); t != nil && s.clock.Now().Before(t.refreshAt) {
 			return t.value, nil
@@ -251,17 +243,6 @@ func (s *Source) dropExpired() {
 	}
 }
 
-// DropPod forgets the tokens minted for a pod.
-func (s *Source) DropPod(uid string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k := range s.tokens {
-		if k.podUID == uid {
-			delete(s.tokens, k)
-		}
-	}
-}
-
 // Secret reads a secret, reusing a read of the last SecretTTL. A secret
 // that does not exist is an error wrapping the API's NotFound.
 func (s *Source) Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
@@ -284,22 +265,4 @@ func (s *Source) Secret(ctx context.Context, namespace, name string) (*corev1.Se
 	s.secrets[key] = cachedSecret{secret: sec, err: err, until: now.Add(s.secTTL)}
 	s.mu.Unlock()
 	return sec, err
-}
-
-// PodServiceAccount returns the coordinates (namespace, name, UID) of the
-// service account of the pod namespace/name with UID uid; an empty name
-// when the pod has none.
-func (s *Source) PodServiceAccount(ctx context.Context, namespace, name, uid string) (saName, saUID string, err error) {
-	p, err := s.Pod(ctx, namespace, name, uid)
-	if err != nil {
-		return "", "", err
-	}
-	if p.Spec.ServiceAccountName == "" {
-		return "", "", nil
-	}
-	sa, err := s.ServiceAccount(ctx, namespace, p.Spec.ServiceAccountName)
-	if err != nil {
-		return "", "", err
-	}
-	return sa.Name, string(sa.UID), nil
 }

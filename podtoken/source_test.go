@@ -114,16 +114,16 @@ func TestPod(t *testing.T) {
 			}
 		})
 	}
-	t.Run("the service account of a pod, read live", func(t *testing.T) {
+	t.Run("a service account is read live: a re-created one shows its new UID at once", func(t *testing.T) {
 		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", "sa-1"), metav1.CreateOptions{})
-		name, uid, err := src.PodServiceAccount(ctx, "team-a", "web", "uid-1")
-		if err != nil || name != "builder" || uid != "sa-1" {
-			t.Fatalf("got %q %q %v", name, uid, err)
+		sa, err := src.ServiceAccount(ctx, "team-a", "builder")
+		if err != nil || sa.UID != "sa-1" {
+			t.Fatalf("got %v %v", sa, err)
 		}
 		api.client.CoreV1().ServiceAccounts("team-a").Delete(ctx, "builder", metav1.DeleteOptions{})
 		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", "sa-2"), metav1.CreateOptions{})
-		if _, uid, _ := src.PodServiceAccount(ctx, "team-a", "web", "uid-1"); uid != "sa-2" {
-			t.Errorf("after re-creation got UID %q, want sa-2", uid)
+		if sa, _ := src.ServiceAccount(ctx, "team-a", "builder"); sa == nil || sa.UID != "sa-2" {
+			t.Errorf("after re-creation got %v, want UID sa-2", sa)
 		}
 	})
 }
@@ -258,13 +258,13 @@ func TestToken(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a removed pod's tokens are forgotten, and expired ones dropped", func(t *testing.T) {
+	t.Run("expired tokens are dropped", func(t *testing.T) {
 		api := newTokenAPI()
 		src := api.source()
 		src.Token(ctx, pod, sa, "registry.test")
-		src.DropPod("uid-1")
-		if tok, _ := src.Token(ctx, pod, sa, "registry.test"); tok != "token-2" {
-			t.Fatalf("got %q, want a new token", tok)
+		src.Token(ctx, testPod("team-a", "api", "uid-2", "builder"), sa, "registry.test")
+		if n := src.CachedTokens(); n != 2 {
+			t.Fatalf("%d tokens cached, want 2", n)
 		}
 		api.clock.Step(2 * time.Hour)
 		src.DropExpired()
