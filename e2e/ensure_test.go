@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 )
 
@@ -125,14 +127,15 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 			t.Fatalf("the image is not on the node: %s", r.Stderr)
 		}
 		r := bob.pull(t, p.ep, img)
-		if r.Err == nil || !strings.Contains(r.Stderr, "401 Unauthorized") {
+		if r.Err == nil || !strings.Contains(crictlMessage(r.Stderr), registryRefusal(t, img, nil)) {
 			t.Errorf("B's pull: %v\n%s", r.Err, r.Stderr)
 		}
 	})
 
 	t.Run("tenant B with wrong credentials fails at the registry", func(t *testing.T) {
 		r := bobWrong.pull(t, p.ep, img)
-		if r.Err == nil || !strings.Contains(r.Stderr, "401 Unauthorized") {
+		user, pass, _ := strings.Cut(bobWrong.creds, ":")
+		if r.Err == nil || !strings.Contains(crictlMessage(r.Stderr), registryRefusal(t, img, &runtimeapi.AuthConfig{Username: user, Password: pass})) {
 			t.Errorf("%v\n%s", r.Err, r.Stderr)
 		}
 	})

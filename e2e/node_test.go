@@ -446,8 +446,8 @@ func (e *nodeEnv) scenarioNoSecret(t *testing.T) {
 	bare := e.run(t, podSpec{ns: e.nsB, name: "no-secret", image: e.private, policy: corev1.PullIfNotPresent})
 	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, bare)
-	if !e.hasEvent(bare, "Failed", "401") {
-		t.Errorf("no Failed event naming the registry's 401: %s", e.eventSummary(bare))
+	if refusal := registryRefusal(t, e.private, nil); !e.hasEvent(bare, "Failed", refusal) {
+		t.Errorf("no Failed event with the registry's refusal %q: %s", refusal, e.eventSummary(bare))
 	}
 	t.Logf("without a secret: %s", e.eventSummary(bare))
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -39,24 +38,29 @@ func TestImageServiceThroughTheProxy(t *testing.T) {
 	creds := "user:" + rig.Users["user"]
 	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
 
-	t.Run("a pull without credentials fails with the registry's 401, as without the proxy", func(t *testing.T) {
+	t.Run("a pull without credentials fails with the registry's refusal, as without the proxy", func(t *testing.T) {
 		d := crictl(t, direct(), "pull", img)
 		p := crictl(t, proxied(), "pull", img)
 		if d.Err == nil || p.Err == nil {
 			t.Fatalf("anonymous pull of a private image succeeded: direct %v, proxied %v", d.Err, p.Err)
 		}
-		if !strings.Contains(p.Stderr, "401 Unauthorized") {
-			t.Errorf("proxied error lacks the registry's 401:\n%s", p.Stderr)
+		if refusal := registryRefusal(t, img, nil); !strings.Contains(crictlMessage(p.Stderr), refusal) {
+			t.Errorf("proxied error lacks the registry's refusal %q:\n%s", refusal, p.Stderr)
 		}
 		if dm, pm := fatalMessage(d.Stderr), fatalMessage(p.Stderr); dm != pm {
 			t.Errorf("error differs:\ndirect:  %s\nproxied: %s", dm, pm)
 		}
 	})
 
-	t.Run("a pull with wrong credentials fails with the registry's 401", func(t *testing.T) {
+	t.Run("a pull with wrong credentials fails with the registry's refusal, as without the proxy", func(t *testing.T) {
+		d := crictl(t, direct(), "pull", "--creds", "user:wrong", img)
 		p := crictl(t, proxied(), "pull", "--creds", "user:wrong", img)
-		if p.Err == nil || !strings.Contains(p.Stderr, "401 Unauthorized") {
-			t.Fatalf("got %v\n%s", p.Err, p.Stderr)
+		refusal := registryRefusal(t, img, &runtimeapi.AuthConfig{Username: "user", Password: "wrong"})
+		if p.Err == nil || !strings.Contains(crictlMessage(p.Stderr), refusal) {
+			t.Fatalf("got %v, want the registry's refusal %q:\n%s", p.Err, refusal, p.Stderr)
+		}
+		if dm, pm := fatalMessage(d.Stderr), fatalMessage(p.Stderr); dm != pm {
+			t.Errorf("error differs:\ndirect:  %s\nproxied: %s", dm, pm)
 		}
 	})
 
@@ -222,31 +226,96 @@ func TestPodLifecycleThroughTheProxy(t *testing.T) {
 	}
 }
 
-// TestStreamsThroughTheProxy checks the server-streaming calls answer as
-// the runtime does (containerd 1.6 has none of them: Unimplemented).
+// TestStreamsThroughTheProxy checks that the server-streaming
+// GetContainerEvents answers as the runtime does: both ways open a stream,
+// the test then runs a pod, and each stream must deliver that pod's events
+// (containerd 2.x), or both answer with the same error (1.6 has no such
+// call: Unimplemented). A stream that merely times out on both paths
+// proves nothing, so a timeout fails the test.
 func TestStreamsThroughTheProxy(t *testing.T) {
 	needRig(t)
-	call := func(ep string) (codes.Code, string) {
-		conn, err := grpc.NewClient(ep, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	type stream struct {
+		name   string
+		events chan *runtimeapi.ContainerEventResponse
+		err    chan error
+	}
+	open := func(name, ep string) *stream {
+		conn, err := dialCRI(ep)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s, err := runtimeapi.NewRuntimeServiceClient(conn).GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
-		if err == nil {
-			_, err = s.Recv()
+		t.Cleanup(func() { conn.Close() })
+		s := &stream{name: name, events: make(chan *runtimeapi.ContainerEventResponse, 64), err: make(chan error, 1)}
+		c, err := runtimeapi.NewRuntimeServiceClient(conn).GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+		if err != nil {
+			s.err <- err
+			return s
 		}
-		st := status.Convert(err)
-		return st.Code(), st.Message()
+		go func() {
+			for {
+				ev, err := c.Recv()
+				if err != nil {
+					s.err <- err
+					return
+				}
+				s.events <- ev
+			}
+		}()
+		return s
 	}
-	dc, dm := call(direct())
-	pc, pm := call(proxied())
-	if dc != pc || dm != pm {
-		t.Errorf("GetContainerEvents: direct %v %q, proxied %v %q", dc, dm, pc, pm)
+	streams := []*stream{open("direct", direct()), open("proxied", proxied())}
+
+	// An error straight away (Unimplemented on 1.6) must be the same both ways.
+	time.Sleep(time.Second)
+	var codesSeen []string
+	for _, s := range streams {
+		select {
+		case err := <-s.err:
+			st := status.Convert(err)
+			codesSeen = append(codesSeen, st.Code().String()+" "+st.Message())
+		default:
+		}
 	}
-	t.Logf("GetContainerEvents answers %v %q both ways", pc, pm)
+	switch len(codesSeen) {
+	case 2:
+		if codesSeen[0] != codesSeen[1] {
+			t.Fatalf("GetContainerEvents: direct %s, proxied %s", codesSeen[0], codesSeen[1])
+		}
+		t.Logf("GetContainerEvents answers %s both ways", codesSeen[0])
+		return
+	case 1:
+		t.Fatalf("GetContainerEvents failed on one path only: %s", codesSeen[0])
+	}
+
+	// Both streams are open: cause events.
+	pod := podConfig(t, "events", "events-uid", true)
+	podID := strings.TrimSpace(mustCrictl(t, direct(), "runp", pod))
+	mustCrictl(t, direct(), "stopp", podID)
+	mustCrictl(t, direct(), "rmp", podID)
+	want := map[runtimeapi.ContainerEventType]bool{}
+	for i, s := range streams {
+		seen := map[runtimeapi.ContainerEventType]bool{}
+		for !seen[runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT] {
+			select {
+			case ev := <-s.events:
+				if ev.GetContainerId() == podID {
+					seen[ev.GetContainerEventType()] = true
+				}
+			case err := <-s.err:
+				t.Fatalf("%s stream ended before the pod's events: %v (seen %v)", s.name, err, seen)
+			case <-ctx.Done():
+				t.Fatalf("%s stream: no deleted event for pod %s (seen %v)", s.name, podID, seen)
+			}
+		}
+		if i == 0 {
+			want = seen
+		} else if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Errorf("event types differ: direct %v, proxied %v", want, seen)
+		}
+		t.Logf("%s stream: pod %s events %v", s.name, podID[:12], seen)
+	}
 }
 
 // dialCRI connects a CRI client to endpoint.

@@ -190,7 +190,7 @@ func TestServiceAccountTokens(t *testing.T) {
 
 	t.Run("a service account without the required annotation gets no token credential", func(t *testing.T) {
 		r := n1.pull(t, p.ep, img)
-		if r.Err == nil || !strings.Contains(r.Stderr, "lacks the required annotation registry.test/user") || !strings.Contains(r.Stderr, "401") {
+		if r.Err == nil || !strings.Contains(r.Stderr, "lacks the required annotation registry.test/user") || !strings.Contains(crictlMessage(r.Stderr), registryRefusal(t, img, nil)) {
 			t.Errorf("%v\n%s", r.Err, fatalMessage(r.Stderr))
 		}
 	})

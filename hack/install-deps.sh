@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh: install, idempotently, everything the e2e tests and the demo need on a
-# Debian (bookworm) machine as root: the real containerd, runc and distribution registry from
-# Debian, and crictl/critest built from the Go module proxy.
+# Debian (bookworm) machine as root: the distribution registry and containerd 1.6 (the legacy
+# leg) from Debian; crictl/critest, kube-apiserver/etcd/kubelets and containerd 2.3 with runc (the
+# default runtime) built from the Go module proxy.
 #
 # Built tools go to $TOOLS_DIR (default /var/cache/cri-image-proxy/tools), outside the clone, so
 # a later checkout on the same machine does not rebuild them.
@@ -23,7 +24,9 @@ fi
 #    starting, which is what we want: the tests run their own private instances.
 # gcc and libc6-dev: the kubelet is built with cgo, as upstream builds it.
 # systemd: systemd-analyze verify checks the unit (nothing is started).
-pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates gcc libc6-dev systemd)
+# containerd and runc: Debian's 1.6 is the legacy leg (CONTAINERD=1.6); libseccomp-dev and
+# pkg-config build the runc that goes with containerd 2.3 (build-containerd.sh).
+pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates gcc libc6-dev systemd libseccomp-dev pkg-config)
 need=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
@@ -62,5 +65,7 @@ fi
 #    $TOOLS_DIR afterwards.
 TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" kube-apiserver etcd kubelet
 TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" --module k8s-old kubelet
+# 4. containerd 2.3 and runc, the runtime the tests run on by default (about 20 minutes cold).
+TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-containerd.sh" >/dev/null
 
-log "ready: $(containerd --version 2>/dev/null | head -1); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"
+log "ready: $("$TOOLS_DIR/containerd-${CONTAINERD_VERSION:-v2.3.7}/containerd" --version) (legacy: $(containerd --version 2>/dev/null | head -1)); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"

@@ -8,10 +8,51 @@ import (
 	"syscall"
 )
 
-// containerdConfig is a private containerd: its own root, state, sockets,
-// runc root and CNI; the CRI plugin pulls registry.k8s.io and gcr.io from
-// the local registries (certs.d) and never from the internet.
-func containerdConfig(dir, snapshotter string) string {
+// containerdConfigV3 is a private containerd 2.x: its own root, state,
+// sockets, runc (binary and root) and CNI; the CRI plugins pull
+// registry.k8s.io and gcr.io from the local registries (certs.d) and never
+// from the internet.
+func containerdConfigV3(dir, snapshotter, runc string) string {
+	return fmt.Sprintf(`version = 3
+root = "%[1]s/root"
+state = "%[1]s/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs"]
+
+[grpc]
+  address = "%[1]s/containerd.sock"
+[ttrpc]
+  address = "%[1]s/containerd.sock.ttrpc"
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "%[1]s/opt"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "%[2]s"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "registry.k8s.io/pause:3.9"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "%[1]s/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # These VMs lack CAP_SYS_RESOURCE: runc cannot lower oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        Root = "%[1]s/runc"
+        BinaryName = "%[3]s"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["%[1]s/cni/bin"]
+    conf_dir = "%[1]s/cni/net.d"
+`, dir, snapshotter, runc)
+}
+
+// containerdConfigV2 is containerdConfigV3 for containerd 1.6.
+func containerdConfigV2(dir, snapshotter string) string {
 	return fmt.Sprintf(`version = 2
 root = "%[1]s/root"
 state = "%[1]s/state"

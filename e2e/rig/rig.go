@@ -38,6 +38,8 @@ type Options struct {
 	// GCRAuthed mirrors gcr.io to the authenticated registry instead of the
 	// anonymous one, so critest's images need credentials.
 	GCRAuthed bool
+	// Runtime is the containerd to run; the zero value is RuntimeFromEnv.
+	Runtime Runtime
 	// Logf reports progress; nil is quiet.
 	Logf func(format string, args ...any)
 }
@@ -50,6 +52,7 @@ type Rig struct {
 	Registry       string // authenticated registry, 127.0.0.1:port
 	AnonRegistry   string // the same storage without authentication
 	Snapshotter    string
+	Runtime        Runtime
 
 	opts       Options
 	proxies    int // proxies started, to name their logs
@@ -80,8 +83,15 @@ func Start(opts Options) (r *Rig, err error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	if err := requireCommands("containerd", "runc", "docker-registry", "nsenter", "ip"); err != nil {
+	if err := requireCommands("docker-registry", "nsenter", "ip"); err != nil {
 		return nil, err
+	}
+	if opts.Runtime.Name == "" {
+		rt, err := RuntimeFromEnv(opts.ToolsDir)
+		if err != nil {
+			return nil, err
+		}
+		opts.Runtime = rt
 	}
 	for _, tool := range []string{"crictl", "critest"} {
 		if _, err := os.Stat(filepath.Join(opts.ToolsDir, tool)); err != nil {
@@ -99,7 +109,7 @@ func Start(opts Options) (r *Rig, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return nil, err
 	}
-	r = &Rig{Dir: dir, ToolsDir: opts.ToolsDir, opts: opts, ContainerdSock: filepath.Join(dir, "containerd", "containerd.sock")}
+	r = &Rig{Dir: dir, ToolsDir: opts.ToolsDir, Runtime: opts.Runtime, opts: opts, ContainerdSock: filepath.Join(dir, "containerd", "containerd.sock")}
 	defer func() {
 		if err != nil {
 			r.Stop()
@@ -161,10 +171,10 @@ func Start(opts Options) (r *Rig, err error) {
 		return nil, err
 	}
 	r.Snapshotter = snapshotter(dir)
-	if err := os.WriteFile(filepath.Join(ctrDir, "config.toml"), []byte(containerdConfig(ctrDir, r.Snapshotter)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ctrDir, "config.toml"), []byte(r.Runtime.config(ctrDir, r.Snapshotter)), 0o644); err != nil {
 		return nil, err
 	}
-	opts.Logf("starting containerd (%s snapshotter) on %s", r.Snapshotter, r.ContainerdSock)
+	opts.Logf("starting %s (%s snapshotter) on %s", r.Runtime.Name, r.Snapshotter, r.ContainerdSock)
 	if err := r.StartContainerd(); err != nil {
 		return nil, err
 	}
@@ -174,8 +184,8 @@ func Start(opts Options) (r *Rig, err error) {
 // StartContainerd starts containerd (again) and waits until CRI answers.
 func (r *Rig) StartContainerd() error {
 	ctrDir := filepath.Dir(r.ContainerdSock)
-	p, err := startProc("containerd", filepath.Join(ctrDir, "containerd.log"), nil,
-		"containerd", "--config", filepath.Join(ctrDir, "config.toml"))
+	p, err := startProc("containerd", filepath.Join(ctrDir, "containerd.log"), r.Runtime.env(),
+		r.Runtime.bin("containerd"), "--config", filepath.Join(ctrDir, "config.toml"))
 	if err != nil {
 		return err
 	}
