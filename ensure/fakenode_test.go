@@ -23,6 +23,7 @@ type fakeNode struct {
 	allowed   map[string]map[string]bool   // repository -> "user:password" allowed ("" is anonymous)
 	requests  int                          // registry requests
 	sandboxes map[string]string            // sandbox ID -> pod UID
+	statusErr error                        // when set, ImageStatus fails with it (the runtime down)
 }
 
 func newFakeNode() *fakeNode {
@@ -65,6 +66,9 @@ func (n *fakeNode) store(ref, id string) {
 func (n *fakeNode) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.statusErr != nil {
+		return nil, n.statusErr
+	}
 	name := req.GetImage().GetImage()
 	if img := n.local[name]; img != nil {
 		return &runtimeapi.ImageStatusResponse{Image: img}, nil

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -277,6 +276,12 @@ func (g *Guard) WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool {
 	if !ok {
 		return false
 	}
+	return g.repoMayNeedVerification(repo)
+}
+
+// repoMayNeedVerification reports, from memory only, whether an image
+// listed as repo may need verification: it errs towards true.
+func (g *Guard) repoMayNeedVerification(repo string) bool {
 	switch g.policy.Name() {
 	case NeverVerify:
 		return false
@@ -447,40 +452,6 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	g.grants.grant(pod.GetUid(), resp.GetImageRef(), g.clock.Now())
 	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", name, resp.GetImageRef(), podName(pod), describe(cred))
 	return resp, nil
-}
-
-// CreateContainer refuses a container whose image needs verification for
-// a pod without a grant.
-func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
-	spec := req.GetConfig().GetImage()
-	pod := req.GetSandboxConfig().GetMetadata()
-	ref, repo, err := g.resolve(ctx, spec)
-	if err != nil || ref == "" {
-		return next(ctx, req) // not present, or the runtime cannot say: it will refuse by itself
-	}
-	d := g.decide(ref, repo)
-	shown := spec.GetUserSpecifiedImage()
-	if shown == "" {
-		shown = spec.GetImage()
-	}
-	if !d.verify || g.grants.has(pod.GetUid(), ref) {
-		g.logDecision(ctx, "CreateContainer: allowed", shown, ref, podName(pod), d.rule)
-		return next(ctx, req)
-	}
-	if g.pods != nil && repo != "" && pod.GetUid() != "" {
-		// A pod the image was shown to (it is entitled) starts without a pull.
-		if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
-			if ok, why := g.entitled(ctx, kpod, ref, repo); ok {
-				g.grants.grant(pod.GetUid(), ref, g.clock.Now())
-				g.logDecision(ctx, "CreateContainer: allowed", shown, ref, podName(pod), why)
-				return next(ctx, req)
-			}
-		}
-	}
-	g.metrics.denials.Inc()
-	g.logDecision(ctx, "CreateContainer: denied", shown, ref, podName(pod), d.rule)
-	return nil, fmt.Errorf("image %q (%s) for pod %s: %w: the pod's credentials were not verified for this image (%s); pull it with credentials the registry accepts",
-		shown, ref, podName(pod), errdefs.ErrPermissionDenied, d.rule)
 }
 
 // resolve returns the image ID of spec and the repository it is known

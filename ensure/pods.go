@@ -105,15 +105,19 @@ func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig
 	return out
 }
 
-// waitingContainers returns, per pod of the node, the containers of image
-// (as the kubelet names it) that are not running yet: what an ImageStatus
-// for image can be for.
-func (g *Guard) waitingContainers(image string) map[*corev1.Pod][]corev1.Container {
+// waitingUses returns, per pod of the node, the pull policies of its
+// uses of image (as the kubelet names it) that have not started yet: the
+// containers (init, regular, ephemeral) of that image not running, and the
+// image volumes (KEP-4639, spec.volumes[].image, with their own pull
+// policy) of a pod with a container not started. These are what an
+// ImageStatus for image can be for.
+func (g *Guard) waitingUses(image string) map[*corev1.Pod][]corev1.PullPolicy {
 	want := g.parse(image)
 	if !want.ok {
 		return nil
 	}
-	out := map[*corev1.Pod][]corev1.Container{}
+	same := func(name string) bool { n := g.parse(name); return n.ok && n.ref == want.ref }
+	out := map[*corev1.Pod][]corev1.PullPolicy{}
 	for _, p := range g.pods.PodsOnNode() {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -130,9 +134,22 @@ func (g *Guard) waitingContainers(image string) map[*corev1.Pod][]corev1.Contain
 		for _, e := range p.Spec.EphemeralContainers {
 			cs = append(cs, corev1.Container(e.EphemeralContainerCommon))
 		}
+		allStarted := true
 		for _, c := range cs {
-			if n := g.parse(c.Image); n.ok && n.ref == want.ref && !started[c.Name] {
-				out[p] = append(out[p], c)
+			if started[c.Name] {
+				continue
+			}
+			allStarted = false
+			if same(c.Image) {
+				out[p] = append(out[p], c.ImagePullPolicy)
+			}
+		}
+		if allStarted {
+			continue // its image volumes are mounted already
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.Image != nil && same(v.Image.Reference) {
+				out[p] = append(out[p], v.Image.PullPolicy)
 			}
 		}
 	}
@@ -150,13 +167,13 @@ func (g *Guard) showToWaiters(ctx context.Context, image, imageRef, repo string)
 		return false, ""
 	}
 	var entitled []string
-	for pod, containers := range g.waitingContainers(image) {
+	for pod, policies := range g.waitingUses(image) {
 		if ok, _ := g.entitled(ctx, pod, imageRef, repo); ok {
 			entitled = append(entitled, pod.Namespace+"/"+pod.Name)
 			continue
 		}
-		for _, c := range containers {
-			if c.ImagePullPolicy != corev1.PullNever {
+		for _, p := range policies {
+			if p != corev1.PullNever {
 				return false, ""
 			}
 		}

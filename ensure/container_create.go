@@ -1,0 +1,135 @@
+package ensure
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+)
+
+// imageUse is one image a container would see, and where the request
+// names it.
+type imageUse struct {
+	spec  *runtimeapi.ImageSpec
+	field string // "image", "mounts[2].image": for the operator's log
+}
+
+// containerImages returns every image a container would see: its own
+// image and the image of each image volume mount (KEP-4639; containerd
+// 2.1+ mounts config.mounts[].image read-only). A mount whose image spec
+// names nothing is left to the runtime, which refuses it.
+func containerImages(cfg *runtimeapi.ContainerConfig) []imageUse {
+	uses := []imageUse{{spec: cfg.GetImage(), field: "image"}}
+	for i, m := range cfg.GetMounts() {
+		if m.GetImage().GetImage() != "" {
+			uses = append(uses, imageUse{spec: m.GetImage(), field: fmt.Sprintf("mounts[%d].image", i)})
+		}
+	}
+	return uses
+}
+
+// CreateContainer refuses a container when any image it would see (its
+// image, the images of its image volumes, by whatever name or ID they are
+// given) needs verification and the pod has neither a grant for it nor,
+// with the API, an entitlement. Each image gets the same decision.
+func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
+	pod := req.GetSandboxConfig().GetMetadata()
+	if g.policy.Name() != NeverVerify && filepath.IsAbs(req.GetConfig().GetImage().GetImage()) {
+		// containerd restores a checkpoint archive given by path, with the
+		// base image named inside the archive: an image the proxy cannot see.
+		g.metrics.denials.Inc()
+		g.logDecision(ctx, "CreateContainer: denied", req.GetConfig().GetImage().GetImage(), "", podName(pod), "a checkpoint archive by path: its base image cannot be checked")
+		return nil, fmt.Errorf("image %q for pod %s: %w: restoring a checkpoint archive by path is not allowed under image credential verification", req.GetConfig().GetImage().GetImage(), podName(pod), errdefs.ErrPermissionDenied)
+	}
+	for _, use := range containerImages(req.GetConfig()) {
+		if err := g.admit(ctx, pod, use); err != nil {
+			return nil, err
+		}
+	}
+	return next(ctx, req)
+}
+
+// admit decides one image of a container for pod: nil when it may be
+// used, an error the client sees otherwise.
+func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, use imageUse) error {
+	spec := use.spec
+	shown := spec.GetUserSpecifiedImage()
+	if shown == "" {
+		shown = spec.GetImage()
+	}
+	ref, repo, err := g.resolve(ctx, spec)
+	switch {
+	case err != nil && runtimeAnswered(err):
+		// The runtime answered about the name itself (it cannot parse or
+		// find it): CreateContainer will give its own error.
+		return nil
+	case err != nil:
+		if !g.mayNeedVerification(spec.GetImage()) {
+			return nil
+		}
+		g.metrics.denials.Inc()
+		g.log.Warn("ensure: the runtime cannot answer the image check; the container is refused until it can",
+			"image", shown, "field", use.field, "pod", podName(pod), "err", err)
+		return fmt.Errorf("image %q for pod %s: %w: the image check could not be made; retry", shown, podName(pod), errdefs.ErrUnavailable)
+	case ref == "":
+		return nil // not present: the runtime refuses by itself
+	}
+	d := g.decide(ref, repo)
+	if !d.verify || g.grants.has(pod.GetUid(), ref) {
+		g.logDecision(ctx, "CreateContainer: allowed ("+use.field+")", shown, ref, podName(pod), d.rule)
+		return nil
+	}
+	if g.pods != nil && repo != "" && pod.GetUid() != "" {
+		// A pod the image was shown to (it is entitled) starts without a pull.
+		if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
+			if ok, why := g.entitled(ctx, kpod, ref, repo); ok {
+				g.grants.grant(pod.GetUid(), ref, g.clock.Now())
+				g.logDecision(ctx, "CreateContainer: allowed ("+use.field+")", shown, ref, podName(pod), why)
+				return nil
+			}
+		}
+	}
+	g.metrics.denials.Inc()
+	g.logDecision(ctx, "CreateContainer: denied ("+use.field+")", shown, ref, podName(pod), d.rule)
+	return fmt.Errorf("image %q (%s) for pod %s: %w: the pod's credentials were not verified for this image (%s); pull it with credentials the registry accepts",
+		shown, ref, podName(pod), errdefs.ErrPermissionDenied, d.rule)
+}
+
+// runtimeAnswered reports whether an ImageStatus error is the runtime's
+// answer about the name (it cannot be parsed, or is not found), as opposed
+// to the runtime not answering at all (down, restarting, overloaded).
+func runtimeAnswered(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound:
+		return true
+	}
+	return false
+}
+
+// mayNeedVerification reports, from memory only, whether an image given
+// by name or ID might need verification: false only when the policy or
+// the records say it cannot. Used when the runtime cannot tell which image
+// a name stands for.
+func (g *Guard) mayNeedVerification(image string) bool {
+	if g.policy.Name() == NeverVerify {
+		return false
+	}
+	repo, ok := g.repository(image)
+	if !ok || idPrefixPattern.MatchString(image) {
+		// An ID, or a name containerd may resolve as a prefix of one: it can
+		// stand for any image.
+		return true
+	}
+	return g.repoMayNeedVerification(repo)
+}
+
+// idPrefixPattern matches what containerd may take for a prefix of an
+// image ID when no image has that name.
+var idPrefixPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{1,64}$`)

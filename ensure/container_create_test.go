@@ -1,0 +1,166 @@
+package ensure_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// createWithMounts asks the guard to create a container of image for p
+// with image volume mounts of mounts (names or IDs), and returns the gRPC
+// code the client would see.
+func createWithMounts(s *setup, p pod, image string, mounts ...string) (codes.Code, error) {
+	cfg := &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: image}}
+	for i, m := range mounts {
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: "/vol" + string(rune('0'+i)), Readonly: true, Image: &runtimeapi.ImageSpec{Image: m}})
+	}
+	_, err := s.guard.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{Config: cfg, SandboxConfig: p.sandbox()}, s.node.CreateContainer)
+	return status.Code(toStatus(err)), err
+}
+
+func TestImageVolumesGetTheSameDecisionAsTheImage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		pod    pod
+		mounts []string
+		want   codes.Code
+	}{
+		{"a mount of another tenant's private image by name is refused", podB, []string{private}, codes.PermissionDenied},
+		{"a mount of it by image ID is refused", podB, []string{refApp}, codes.PermissionDenied},
+		{"a mount of it by a prefix of its ID is refused", podB, []string{refApp[7:19]}, codes.PermissionDenied},
+		{"a mount of it by a prefix of its ID with the algorithm is refused", podB, []string{refApp[:19]}, codes.PermissionDenied},
+		{"a public mount next to a private one is still refused", podB, []string{public, private}, codes.PermissionDenied},
+		{"the pod that pulled the image may mount it", podA, []string{private}, codes.OK},
+		{"the pod that pulled the image may mount it by ID", podA, []string{refApp}, codes.OK},
+		{"any pod may mount a public image", podB, []string{public}, codes.OK},
+		{"a mount of an image the node does not have is left to the runtime", podB, []string{"registry.test/absent:v1"}, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			if r := s.start(podA, private, "IfNotPresent"); r != running {
+				t.Fatalf("A's own pull: %s", r)
+			}
+			if r := s.start(podB, public, "IfNotPresent"); r != running {
+				t.Fatalf("B's public image: %s", r)
+			}
+			code, err := createWithMounts(s, tc.pod, public, tc.mounts...)
+			if code != tc.want {
+				t.Errorf("got %v (%v), want %v", code, err, tc.want)
+			}
+			if code == codes.PermissionDenied && !strings.Contains(err.Error(), tc.pod.uid) {
+				t.Errorf("the refusal does not name the pod: %v", err)
+			}
+		})
+	}
+}
+
+func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy ensure.PolicyName
+		image  string
+		mounts []string
+		want   codes.Code
+	}{
+		{"a restricted image by name is refused with Unavailable", ensure.NeverVerifyPreloadedImages, private, nil, codes.Unavailable},
+		{"an image by ID is refused with Unavailable", ensure.NeverVerifyPreloadedImages, refApp, nil, codes.Unavailable},
+		{"a name that may be an ID prefix is refused with Unavailable", ensure.NeverVerifyPreloadedImages, "deadbeef", nil, codes.Unavailable},
+		{"an image mount that may need verification is refused with Unavailable", ensure.NeverVerifyPreloadedImages, public, []string{refApp}, codes.Unavailable},
+		{"every image needs verification under AlwaysVerify", ensure.AlwaysVerify, public, nil, codes.Unavailable},
+		{"a repository no record restricts is forwarded (the runtime answers for itself)", ensure.NeverVerifyPreloadedImages, public, nil, codes.OK},
+		{"nothing is checked under NeverVerify", ensure.NeverVerify, refApp, []string{private}, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSetup(t, tc.policy)
+			s.start(podA, private, "IfNotPresent")
+			s.start(podB, public, "IfNotPresent") // anonymous: accessible to every pod
+			s.node.statusErr = status.Error(codes.Unavailable, "connection refused")
+			code, err := createWithMounts(s, podA, tc.image, tc.mounts...)
+			if code != tc.want {
+				t.Errorf("got %v (%v), want %v", code, err, tc.want)
+			}
+		})
+	}
+	t.Run("an answer about the name itself is left to the runtime's own error", func(t *testing.T) {
+		s := newSetup(t, ensure.AlwaysVerify)
+		s.node.statusErr = status.Error(codes.InvalidArgument, "invalid reference")
+		if code, err := createWithMounts(s, podA, public, "Not_A_Reference"); code != codes.OK {
+			t.Errorf("got %v (%v); want the request forwarded", code, err)
+		}
+	})
+}
+
+func TestACheckpointArchiveByPathIsRefused(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	if code, err := createWithMounts(s, podA, "/var/lib/kubelet/checkpoints/checkpoint-app.tar"); code != codes.PermissionDenied {
+		t.Errorf("got %v (%v)", code, err)
+	}
+	s = newSetup(t, ensure.NeverVerify)
+	if code, err := createWithMounts(s, podA, "/var/lib/kubelet/checkpoints/checkpoint-app.tar"); code != codes.OK {
+		t.Errorf("NeverVerify: got %v (%v)", code, err)
+	}
+}
+
+func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	volumePod := func(ns, name, uid string, policy corev1.PullPolicy, secrets ...string) *corev1.Pod {
+		p := policyPod(ns, name, uid, "", public, corev1.PullIfNotPresent, secrets...)
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: private, PullPolicy: policy}}}}
+		return p
+	}
+	shown := func(s *apiSetup) bool {
+		st, err := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.nodeImageStatus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetImage() != nil
+	}
+	t.Run("an entitled Never volume pod is shown the image while a non-entitled IfNotPresent volume pod keeps it hidden", func(t *testing.T) {
+		s := newAPISetup(t)
+		s.start(podA, private, "IfNotPresent")
+		s.create(t, pullSecret("ta", "regcred", "registry.test", "alice:a-pw"),
+			volumePod("ta", "vol-a", "va", corev1.PullNever, "regcred"))
+		if !shown(s) {
+			t.Fatalf("the entitled volume pod is not shown the image")
+		}
+		s.create(t, volumePod("tb", "vol-b", "vb", corev1.PullIfNotPresent))
+		if shown(s) {
+			t.Errorf("a waiting IfNotPresent volume pod without credentials was shown the image: it would skip its pull")
+		}
+	})
+	t.Run("a non-entitled Never volume pod does not keep it hidden, and is refused at CreateContainer", func(t *testing.T) {
+		s := newAPISetup(t)
+		s.start(podA, private, "IfNotPresent")
+		s.create(t, pullSecret("ta", "regcred", "registry.test", "alice:a-pw"),
+			volumePod("ta", "vol-a", "va", corev1.PullNever, "regcred"),
+			volumePod("tb", "vol-b", "vb", corev1.PullNever))
+		if !shown(s) {
+			t.Fatalf("not shown")
+		}
+		_, err := s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			Config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: public},
+				Mounts: []*runtimeapi.Mount{{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: private}}}},
+			SandboxConfig: sandbox("tb", "vol-b", "vb")}, s.node.CreateContainer)
+		if status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Errorf("B's volume container: %v", err)
+		}
+		_, err = s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			Config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: public},
+				Mounts: []*runtimeapi.Mount{{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: refApp, UserSpecifiedImage: private}}}},
+			SandboxConfig: sandbox("ta", "vol-a", "va")}, s.node.CreateContainer)
+		if err != nil {
+			t.Errorf("A's entitled volume container: %v", err)
+		}
+	})
+}
