@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"syscall"
 )
 
@@ -28,12 +29,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.internal.v1.opt"]
   path = "%[1]s/opt"
 
+# The transfer service unpacks only for the snapshotter and platform pairs
+# listed: the default one and the second runtime handler's.
+[plugins."io.containerd.transfer.v1.local"]
+  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
+    platform = "linux/%[4]s"
+    snapshotter = "%[2]s"
+  [[plugins."io.containerd.transfer.v1.local".unpack_config]]
+    platform = "linux/%[4]s"
+    snapshotter = "native"
+
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "%[2]s"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "registry.k8s.io/pause:3.9"
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = "%[1]s/certs.d"
+  # A second runtime handler whose images unpack into another snapshotter:
+  # a pull's ImageSpec.runtime_handler shows on disk where it went.
+  [plugins."io.containerd.cri.v1.images".runtime_platforms.runc-alt]
+    snapshotter = "native"
 
 [plugins."io.containerd.cri.v1.runtime"]
   # These VMs lack CAP_SYS_RESOURCE: runc cannot lower oom_score_adj.
@@ -45,10 +60,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         Root = "%[1]s/runc"
         BinaryName = "%[3]s"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc-alt]
+      runtime_type = "io.containerd.runc.v2"
+      snapshotter = "native"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc-alt.options]
+        Root = "%[1]s/runc"
+        BinaryName = "%[3]s"
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["%[1]s/cni/bin"]
     conf_dir = "%[1]s/cni/net.d"
-`, dir, snapshotter, runc)
+`, dir, snapshotter, runc, goruntime.GOARCH)
 }
 
 // containerdConfigV2 is containerdConfigV3 for containerd 1.6.

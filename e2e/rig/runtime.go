@@ -85,3 +85,14 @@ func (rt Runtime) config(dir, snapshotter string) string {
 	}
 	return containerdConfigV3(dir, snapshotter, rt.bin("runc"))
 }
+
+// AltRuntimeHandler is a second runtime handler of the 2.x rig: runc, with
+// its images unpacked by the native snapshotter (NativeSnapshots).
+const AltRuntimeHandler = "runc-alt"
+
+// NativeSnapshots returns how many snapshots the native snapshotter holds:
+// where images pulled for AltRuntimeHandler are unpacked.
+func (r *Rig) NativeSnapshots() int {
+	entries, _ := os.ReadDir(filepath.Join(filepath.Dir(r.ContainerdSock), "root", "io.containerd.snapshotter.v1.native", "snapshots"))
+	return len(entries)
+}
