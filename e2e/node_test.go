@@ -52,6 +52,7 @@ const nodeAudience = "registry.node.test"
 
 // nodeResults is the scenario x kubelet table the node tests print.
 type nodeResults struct {
+	runtime   string
 	mu        sync.Mutex
 	scenarios []string
 	result    map[[2]string]string
@@ -68,14 +69,14 @@ func (r *nodeResults) set(scenario, variant, result string) {
 
 func (r *nodeResults) markdown() string {
 	var b strings.Builder
-	b.WriteString("| scenario |")
+	b.WriteString("| runtime | scenario |")
 	for _, v := range kubeletVariants {
 		b.WriteString(" kubelet " + v.name + " |")
 	}
-	b.WriteString("\n|---|" + strings.Repeat("---|", len(kubeletVariants)) + "\n")
-	sort.SliceStable(r.scenarios, func(i, j int) bool { return r.scenarios[i] < r.scenarios[j] })
+	b.WriteString("\n|---|---|" + strings.Repeat("---|", len(kubeletVariants)) + "\n")
+	sort.SliceStable(r.scenarios, func(i, j int) bool { return scenarioNumber(r.scenarios[i]) < scenarioNumber(r.scenarios[j]) })
 	for _, s := range r.scenarios {
-		b.WriteString("| " + s + " |")
+		b.WriteString("| " + r.runtime + " | " + s + " |")
 		for _, v := range kubeletVariants {
 			res := r.result[[2]string{s, v.name}]
 			if res == "" {
@@ -97,10 +98,10 @@ func TestNode(t *testing.T) {
 	if err := k.CreateRBAC([]byte(strings.ReplaceAll(string(audiences), "registry.example.com", nodeAudience))); err != nil {
 		t.Fatalf("token-audiences.yaml: %v", err)
 	}
-	results := &nodeResults{result: map[[2]string]string{}}
+	results := &nodeResults{runtime: testRig.Runtime.Name, result: map[[2]string]string{}}
 	t.Cleanup(func() {
 		table := results.markdown()
-		fmt.Printf("\nNode end-to-end results (scenario x kubelet):\n\n%s\n", table)
+		fmt.Printf("\nNode end-to-end results (scenario x kubelet, on %s):\n\n%s\n", testRig.Runtime.Name, table)
 		os.MkdirAll("../_output", 0o755)
 		os.WriteFile("../_output/e2e-node.md", []byte(table), 0o644)
 	})
@@ -139,11 +140,21 @@ func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *node
 		{"7. proxy restarted and kill -9'd during pulls", e.scenarioRestarts},
 		{"8. Always pulls a moved tag", e.scenarioAlways},
 		{"9. control, the proxy not enforcing: B without a secret runs A's image unless the kubelet enforces", e.scenarioControl},
+		{"10. B's image volume of A's image, no secret: ErrImagePull; Never: ErrImageNeverPull; never started", e.scenarioVolumeNoSecret},
+		{"11. B's image volume with its own valid secret: Running, then re-used with no registry request", e.scenarioVolumeOwnSecret},
+		{"12. crictl create with an image mount of a hidden image: refused", e.scenarioVolumeCrictl},
 	} {
-		ok := t.Run(sc.name, sc.run)
+		skipped := false
+		ok := t.Run(sc.name, func(t *testing.T) {
+			defer func() { skipped = t.Skipped() }()
+			sc.run(t)
+		})
 		res := "pass"
-		if !ok {
+		switch {
+		case !ok:
 			res = "**FAIL**"
+		case skipped:
+			res = "n/a"
 		}
 		results.set(sc.name, v.name, res)
 	}
@@ -283,6 +294,10 @@ type podSpec struct {
 	policy          corev1.PullPolicy
 	secret          string // an imagePullSecret, when set
 	account         string // its service account (default: "default")
+	// volumeImage, when set, is mounted at /vol as an image volume
+	// (KEP-4639) with volumePolicy, and the container prints /vol/marker.
+	volumeImage  string
+	volumePolicy corev1.PullPolicy
 }
 
 // run creates the pod, bound to the node.
@@ -303,6 +318,12 @@ func (e *nodeEnv) run(t *testing.T, s podSpec) *corev1.Pod {
 	}
 	if s.secret != "" {
 		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: s.secret}}
+	}
+	if s.volumeImage != "" {
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: s.volumeImage, PullPolicy: s.volumePolicy}}}}
+		c := &p.Spec.Containers[0]
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/vol", ReadOnly: true}}
+		c.Command = []string{"sh", "-c", "cat /vol/marker; sleep 3600"}
 	}
 	p, err := e.k.Admin.CoreV1().Pods(s.ns).Create(context.Background(), p, metav1.CreateOptions{})
 	if err != nil {
@@ -648,4 +669,93 @@ func (e *nodeEnv) scenarioControl(t *testing.T) {
 	}
 	e.waitRunning(t, p)
 	t.Logf("without enforcement the pod runs A's private image: %s", e.eventSummary(p))
+}
+
+// scenarioNumber is the number a scenario's name starts with.
+func scenarioNumber(name string) int {
+	n := 0
+	fmt.Sscanf(name, "%d.", &n)
+	return n
+}
+
+// needImageVolumes skips on a kubelet without image volumes (KEP-4639:
+// beta and on by default from 1.35; the old kubelet has it alpha and off).
+func (e *nodeEnv) needImageVolumes(t *testing.T) {
+	t.Helper()
+	if e.v.version == rig.OldKubeVersion {
+		t.Skipf("SKIPPED: kubelet %s has no image volumes (ImageVolume alpha, off)", e.v.version)
+	}
+	if testRig.Runtime.Legacy() {
+		t.Skipf("SKIPPED: %s has no image volumes (containerd 2.1+)", testRig.Runtime.Name)
+	}
+}
+
+// scenarioVolumeNoSecret: tenant B mounts tenant A's private image (pulled
+// by A in scenario 1) as an image volume, with no secret: the kubelet is
+// told the image is absent, its pull fails at the registry (IfNotPresent)
+// or it refuses (Never); B's container never starts, so it never reads a
+// file of A's image.
+func (e *nodeEnv) scenarioVolumeNoSecret(t *testing.T) {
+	e.needImageVolumes(t)
+	bare := e.run(t, podSpec{ns: e.nsB, name: "vol-no-secret", image: e.public, policy: corev1.PullIfNotPresent,
+		volumeImage: e.private, volumePolicy: corev1.PullIfNotPresent})
+	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
+	e.neverRan(t, bare)
+	t.Logf("volume without a secret: %s", e.eventSummary(bare))
+	never := e.run(t, podSpec{ns: e.nsB, name: "vol-never", image: e.public, policy: corev1.PullIfNotPresent,
+		volumeImage: e.private, volumePolicy: corev1.PullNever})
+	e.waitWaiting(t, never, "ErrImageNeverPull")
+	e.neverRan(t, never)
+	t.Logf("volume, Never: %s", e.eventSummary(never))
+	zero := int64(0)
+	for _, p := range []*corev1.Pod{bare, never} {
+		e.k.Admin.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	e.waitGone(t, bare, never)
+}
+
+// scenarioVolumeOwnSecret: B's own valid secret verifies the image volume
+// at the registry once; a second pod with that secret re-uses it from the
+// node.
+func (e *nodeEnv) scenarioVolumeOwnSecret(t *testing.T) {
+	e.needImageVolumes(t)
+	img := strings.TrimPrefix(e.private, testRig.Registry+"/")
+	img = strings.Replace(img, "/private:", "/volume:", 1)
+	if _, err := testRig.PushBusybox(img, e.v.id+" volume"); err != nil {
+		t.Fatal(err)
+	}
+	vol := testRig.Registry + "/" + img
+	// A pulls it first with its secret, so that it is a private image on
+	// the node when B comes.
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "vol-a", image: e.public, policy: corev1.PullIfNotPresent, secret: "regcred",
+		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}))
+	before := pulls(t, vol)
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "vol-own-1", image: e.public, policy: corev1.PullIfNotPresent, secret: "own",
+		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}))
+	if pulls(t, vol) == before {
+		t.Errorf("B's own secret was not checked at the registry for the volume")
+	}
+	before = pulls(t, vol)
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "vol-own-2", image: e.public, policy: corev1.PullIfNotPresent, secret: "own",
+		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}))
+	if n := pulls(t, vol) - before; n != 0 {
+		t.Errorf("%d registry requests for a second volume pod with a verified secret, want 0", n)
+	}
+}
+
+// scenarioVolumeCrictl: the same image mount made with crictl through the
+// proxy, in a sandbox of B's identity, is refused at CreateContainer.
+func (e *nodeEnv) scenarioVolumeCrictl(t *testing.T) {
+	e.needImageVolumes(t)
+	cfg := writeJSON(t, e.v.id+"-vol-sandbox.json", map[string]any{
+		"metadata":      map[string]any{"name": "vol-crictl", "namespace": e.nsB, "uid": e.v.id + "-vol-crictl", "attempt": 1},
+		"log_directory": filepath.Join(testRig.Dir, "pod-logs", e.v.id+"-vol-crictl"),
+		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}},
+	})
+	podID := strings.TrimSpace(mustCrictl(t, e.proxy.ep, "runp", cfg))
+	defer func() { crictl(t, e.proxy.ep, "stopp", podID); crictl(t, e.proxy.ep, "rmp", podID) }()
+	r := crictl(t, e.proxy.ep, "create", podID, mountConfig(t, e.v.id+"-vol-crictl", e.public, e.private), cfg)
+	if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") {
+		t.Errorf("crictl create with an image mount of a hidden image: %v\n%s", r.Err, fatalMessage(r.Stderr))
+	}
 }
