@@ -6,8 +6,12 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 # Packages without root or real components; e2e/ holds the end-to-end tests.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
+# The runtime the e2e tests, node tests, bench and demo run on: containerd 2.3 (built by
+# hack/build-containerd.sh) unless CONTAINERD=1.6 (Debian's, the legacy leg).
+CONTAINERD ?=
+export CONTAINERD
 
-.PHONY: help build deps test unit e2e e2e-node bench demo demo-keep fuzz lint clean install uninstall
+.PHONY: help build deps test unit e2e e2e-node legacy bench demo demo-keep fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,7 +23,7 @@ deps: ## install what the e2e tests, bench and demo need (root: apt packages, cr
 	@if [ "$$(id -u)" = 0 ]; then hack/install-deps.sh; \
 	else echo "!!! not root: skipping hack/install-deps.sh; the e2e tests will SKIP !!!"; fi
 
-test: deps unit e2e e2e-node ## unit, end-to-end and node tests (run as root for the e2e parts)
+test: deps unit e2e e2e-node legacy ## unit, end-to-end and node tests on containerd 2.3, then both again on 1.6 (root for the e2e parts)
 
 unit: ## unit tests, with the race detector
 	$(GO) test -race -count=1 $(UNIT_PKGS)
@@ -32,6 +36,9 @@ e2e-node: ## the product under real kubelets (current and old): one-node cluster
 	@if [ "$$(id -u)" != 0 ] || [ "$$(nproc)" -lt 2 ]; then \
 	  echo "!!! e2e-node needs root and 2 cores (a kubelet, an apiserver, etcd and containerd): SKIPPED !!!"; \
 	else $(GO) test -v -count=1 -timeout 45m -run '^TestNode$$' ./e2e/; fi
+
+legacy: ## the e2e and node tests on containerd 1.6 from Debian, the legacy leg (root)
+	$(MAKE) CONTAINERD=1.6 e2e e2e-node
 
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./bench $(BENCH_FLAGS)

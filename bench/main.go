@@ -43,6 +43,7 @@ type options struct {
 	out     string
 	proxy   string
 	profile string // scenario whose proxy CPU profile to capture
+	pods    int    // pods per arm of the pod start benchmark; 0 skips it
 }
 
 func run() error {
@@ -53,6 +54,7 @@ func run() error {
 	flag.StringVar(&o.out, "out", "_output/bench", "directory for the report (markdown)")
 	flag.StringVar(&o.proxy, "proxy", "", "the cri-image-proxy binary (default: build it)")
 	flag.StringVar(&o.profile, "profile", "", "capture the proxy's CPU profile during the scenario of this name, into the -out directory")
+	flag.IntVar(&o.pods, "pod-starts", 50, "pods per arm of the pod start benchmark (a real kubelet on the proxy vs on containerd); 0 skips it")
 	flag.Parse()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
@@ -102,7 +104,18 @@ func run() error {
 			extra = append(extra, extraTarget{desc: desc, value: v, max: max})
 		}
 	}
-	report := render(results, extra, env.describe())
+	podStartReport := ""
+	if o.pods > 0 && (o.only == "" || strings.Contains("pod start", o.only)) {
+		logf("pod start: %d pods per arm with a real kubelet", o.pods)
+		ps, err := env.podStart(o.pods)
+		if err != nil {
+			return fmt.Errorf("pod start: %w", err)
+		}
+		var ratio float64
+		podStartReport, ratio = renderPodStart(ps)
+		extra = append(extra, extraTarget{desc: "pod start p50, kubelet on the proxy / on containerd (goal 1.02)", value: ratio, max: 1.02})
+	}
+	report := render(results, extra, env.describe()) + podStartReport
 	fmt.Println(report)
 	if err := os.MkdirAll(o.out, 0o755); err == nil {
 		path := filepath.Join(o.out, "bench-"+time.Now().Format("20060102-150405")+".md")

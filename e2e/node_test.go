@@ -103,7 +103,7 @@ func TestNode(t *testing.T) {
 		table := results.markdown()
 		fmt.Printf("\nNode end-to-end results (scenario x kubelet, on %s):\n\n%s\n", testRig.Runtime.Name, table)
 		os.MkdirAll("../_output", 0o755)
-		os.WriteFile("../_output/e2e-node.md", []byte(table), 0o644)
+		os.WriteFile("../_output/e2e-node-containerd-"+testRig.Runtime.Line+".md", []byte(table), 0o644)
 	})
 	for _, v := range kubeletVariants {
 		t.Run(v.name, func(t *testing.T) { runNodeScenarios(t, k, v, results) })
