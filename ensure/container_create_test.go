@@ -2,6 +2,7 @@ package ensure_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
 // createWithMounts asks the guard to create a container of image for p
@@ -163,4 +165,36 @@ func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
 			t.Errorf("A's entitled volume container: %v", err)
 		}
 	})
+}
+
+func TestARecordThatCannotBeWrittenLeavesTheImageNeedingVerification(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		lookup string // how B's container names the image
+	}{
+		{"by name", private},
+		{"by image ID", refApp},
+	} {
+		t.Run("B is refused "+tc.name+" after A's record failed to write", func(t *testing.T) {
+			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s.store.(*ensuretest.MemoryStore).FailWrites = errors.New("no space left on device")
+			if r := s.start(podA, private, "IfNotPresent"); r != running {
+				t.Fatalf("A's pull: %s", r)
+			}
+			st, err := s.guard.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.nodeImageStatus)
+			if err != nil || st.GetImage() != nil {
+				t.Errorf("ImageStatus showed the image as preloaded: %v %v", st.GetImage(), err)
+			}
+			if code, err := createWithMounts(s, podB, tc.lookup); code != codes.PermissionDenied {
+				t.Errorf("B's container: %v (%v)", code, err)
+			}
+			if code, err := createWithMounts(s, podB, public, tc.lookup); code != codes.PermissionDenied {
+				t.Errorf("B's image volume: %v (%v)", code, err)
+			}
+			if code, err := createWithMounts(s, podA, tc.lookup); code != codes.OK {
+				t.Errorf("A, who pulled it: %v (%v)", code, err)
+			}
+		})
+	}
 }

@@ -95,6 +95,10 @@ type Guard struct {
 	grants    *grantTable
 	hidden    *hideTable
 	pending   *pendingTable
+	// unrecorded are images pulled through the proxy whose record could
+	// not be written: until a restart settles their intents, they count as
+	// pulled with no verified credential (see PullImage).
+	unrecorded *pendingTable
 	metrics   *metrics
 	log       *slog.Logger
 	clock     clock.PassiveClock
@@ -125,7 +129,7 @@ var (
 func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes runtimeSandboxes, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		store: store, policy: policy, images: images, sandboxes: sandboxes,
-		grants: newGrantTable(), pending: newPendingTable(),
+		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(),
 		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods,
 	}
 	if g.log == nil {
@@ -202,7 +206,7 @@ func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
 			mapping = &c
 		}
 	}
-	pulled := g.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil))
+	pulled := g.pending.has(repo) || g.unrecorded.has(imageRef) || (rec != nil && (repo == "" || mapping != nil))
 	if !g.policy.verificationRequired(repo, pulled) {
 		why := fmt.Sprintf("policy %s does not require verification", g.policy.Name())
 		if g.policy.Name() == NeverVerifyPreloadedImages {
@@ -444,14 +448,36 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 			cred.Node = true
 		}
 	}
-	if err := g.store.RecordPull(resp.GetImageRef(), repo, cred, intent, g.clock.Now()); err != nil {
-		// The intent stays: at the next start the image needs verification.
+	ref := g.imageID(ctx, name, resp.GetImageRef())
+	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
+		// The intent stays on disk: at the next start it becomes a record
+		// with no credential. Until then, as the kubelet's intent counter
+		// does, the image counts as pulled by the proxy with no verified
+		// credential, by its repository and by its ID: never as preloaded.
+		g.pending.inc(repo)
+		g.unrecorded.inc(ref)
 		g.metrics.recordErr.Inc()
-		g.log.Error("recording a verified pull failed", "image", name, "imageRef", resp.GetImageRef(), "err", err)
+		g.log.Error("recording a verified pull failed; the image needs verification by every other pod until a restart settles its intent",
+			"image", name, "imageRef", ref, "err", err)
 	}
-	g.grants.grant(pod.GetUid(), resp.GetImageRef(), g.clock.Now())
-	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", name, resp.GetImageRef(), podName(pod), describe(cred))
+	g.grants.grant(pod.GetUid(), ref, g.clock.Now())
+	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", name, ref, podName(pod), describe(cred))
 	return resp, nil
+}
+
+// imageID returns the image ID a pull's image_ref stands for: the
+// ref itself when it is an ID (containerd), else what the runtime answers
+// for the name (a runtime that answers a repo digest). When it cannot be
+// told, the ref is kept: a record under it can only be missed, never
+// match another image.
+func (g *Guard) imageID(ctx context.Context, name, ref string) string {
+	if isImageID(ref) {
+		return ref
+	}
+	if st, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}}); err == nil && st.GetImage().GetId() != "" {
+		return st.GetImage().GetId()
+	}
+	return ref
 }
 
 // resolve returns the image ID of spec and the repository it is known

@@ -9,15 +9,14 @@ import (
 	"syscall"
 )
 
-// containerdConfigV3 is a private containerd 2.x: its own root, state,
-// sockets, runc (binary and root) and CNI; the CRI plugins pull
-// registry.k8s.io and gcr.io from the local registries (certs.d) and never
-// from the internet.
-func containerdConfigV3(dir, snapshotter, runc string) string {
-	return fmt.Sprintf(`version = 3
+// containerdCommon is what every version of the rig's containerd
+// configuration starts with: its own root, state and sockets, and no
+// snapshotter but overlayfs and native (extra: one more to disable).
+func containerdCommon(version int, dir, extra string) string {
+	return fmt.Sprintf(`version = %[2]d
 root = "%[1]s/root"
 state = "%[1]s/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs"]
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "%[3]s"]
 
 [grpc]
   address = "%[1]s/containerd.sock"
@@ -28,7 +27,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "%[1]s/opt"
+`, dir, version, extra)
+}
 
+// containerdConfigV3 is a private containerd 2.x: its own root, state,
+// sockets, runc (binary and root) and CNI; the CRI plugins pull
+// registry.k8s.io and gcr.io from the local registries (certs.d) and never
+// from the internet.
+func containerdConfigV3(dir, snapshotter, runc string) string {
+	return containerdCommon(3, dir, "io.containerd.snapshotter.v1.erofs") + fmt.Sprintf(`
 # The transfer service unpacks only for the snapshotter and platform pairs
 # listed: the default one and the second runtime handler's.
 [plugins."io.containerd.transfer.v1.local"]
@@ -74,21 +81,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 // containerdConfigV2 is containerdConfigV3 for containerd 1.6.
 func containerdConfigV2(dir, snapshotter string) string {
-	return fmt.Sprintf(`version = 2
-root = "%[1]s/root"
-state = "%[1]s/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-
-[grpc]
-  address = "%[1]s/containerd.sock"
-[ttrpc]
-  address = "%[1]s/containerd.sock.ttrpc"
-[debug]
-  level = "info"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "%[1]s/opt"
-
+	return containerdCommon(2, dir, "io.containerd.snapshotter.v1.aufs") + fmt.Sprintf(`
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.9"
   # These VMs lack CAP_SYS_RESOURCE: runc cannot lower oom_score_adj.

@@ -26,6 +26,9 @@ type MemoryStore struct {
 	next    int
 	// Fail, when set, makes every call fail with it.
 	Fail error
+	// FailWrites, when set, makes RecordPull fail with it: the record
+	// write after a pull fails (a full disk) while intents and reads work.
+	FailWrites error
 }
 
 var _ ensure.RecordStore = (*MemoryStore)(nil)
@@ -114,6 +117,9 @@ func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, inten
 	defer m.mu.Unlock()
 	if m.Fail != nil {
 		return m.Fail
+	}
+	if m.FailWrites != nil {
+		return m.FailWrites
 	}
 	r := m.records[ref]
 	if r == nil {
