@@ -41,8 +41,12 @@ func (r podStartResult) quantile(q float64) time.Duration {
 	return s[int(q*float64(len(s)-1)+0.5)]
 }
 
-// podStart runs n pods per arm, in alternating blocks (proxy, direct,
-// proxy, direct) so that drift of the machine hits both arms alike.
+// podStartBlocks is how many blocks each arm runs: the arms alternate
+// (proxy, direct, proxy, ...) so that drift of the machine hits both alike;
+// each block costs a kubelet start.
+const podStartBlocks = 4
+
+// podStart runs n pods per arm, in alternating blocks.
 func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 	k := e.token.kube
 	ctx := context.Background()
@@ -73,9 +77,9 @@ func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 
 	results := []podStartResult{{arm: "kubelet on the proxy (ensure on, API)"}, {arm: "kubelet on containerd directly"}}
 	endpoints := []string{"unix://" + sock, "unix://" + e.rig.ContainerdSock}
-	block := (n + 1) / 2
+	block := (n + podStartBlocks - 1) / podStartBlocks
 	seq := 0
-	for round := range 2 {
+	for round := range podStartBlocks {
 		for arm := range results {
 			node, err := e.rig.StartNode(k, rig.KubeletOptions{Bin: e.rig.KubeletBin(rig.KubeVersion), CRIEndpoint: endpoints[arm]})
 			if err != nil {

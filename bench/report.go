@@ -47,7 +47,7 @@ func render(results []*result, extra []extraTarget, about string) string {
 		}
 	}
 	for _, x := range extra {
-		fmt.Fprintf(&b, "| after the scenarios | %s | %.1f | %s |\n", x.desc, x.value, passFail(target{max: x.max}, x.value))
+		fmt.Fprintf(&b, "| after the scenarios | %s | %.3g | %s |\n", x.desc, x.value, passFail(target{max: x.max}, x.value))
 	}
 	return b.String()
 }
@@ -65,7 +65,7 @@ func failedTargets(results []*result, extra []extraTarget) []string {
 	var out []string
 	for _, x := range extra {
 		if x.value > x.max {
-			out = append(out, fmt.Sprintf("%s: measured %.1f", x.desc, x.value))
+			out = append(out, fmt.Sprintf("%s: measured %.3g", x.desc, x.value))
 		}
 	}
 	for _, r := range results {

@@ -99,11 +99,11 @@ type Guard struct {
 	// not be written: until a restart settles their intents, they count as
 	// pulled with no verified credential (see PullImage).
 	unrecorded *pendingTable
-	metrics   *metrics
-	log       *slog.Logger
-	clock     clock.PassiveClock
-	grace     time.Duration
-	pods      NodePods
+	metrics    *metrics
+	log        *slog.Logger
+	clock      clock.PassiveClock
+	grace      time.Duration
+	pods       NodePods
 
 	// names remembers parsed image names (image -> parsedName).
 	names    sync.Map
