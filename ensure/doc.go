@@ -19,8 +19,12 @@
 //     Anything else is forwarded (the registry checks the credential) and, on
 //     success, the credential is added to the record and committed before the
 //     answer. Every allowed pull grants the pod (sandbox UID) the image.
-//   - CreateContainer: refused with PermissionDenied when the image needs
-//     verification for its repository and the pod has no grant.
+//   - CreateContainer: refused with PermissionDenied when any image the
+//     container would see (its image, and the image of every image volume
+//     mount, config.mounts[].image; by name, ID or ID prefix) needs
+//     verification and the pod has no grant. When the runtime cannot answer
+//     which image a name stands for, an image that may need verification is
+//     refused with Unavailable.
 //   - RemovePodSandbox drops the pod's grants; RemoveImage drops the record.
 //
 // On any doubt (a store error, an unknown repository, an undecodable
