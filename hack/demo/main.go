@@ -114,7 +114,7 @@ providers:
 	step("crictl talks to the proxy exactly as it would to containerd")
 	crictl("version")
 
-	step("a private image: without credentials the registry says 401, through the proxy as without it")
+	step("a private image: without credentials the registry refuses, through the proxy as without it")
 	if res := crictl("pull", image); res.Err == nil {
 		return fmt.Errorf("an anonymous pull of a private image succeeded")
 	}
@@ -166,6 +166,22 @@ providers:
 	crictl("logs", ctrID)
 	crictl("stopp", podID)
 	crictl("rmp", podID)
+
+	if !r.Runtime.Legacy() {
+		step("tenant C, without credentials, mounts A's image as an image volume (by its ID): refused")
+		tenantC := tenant("tenant-c")
+		id := strings.TrimSpace(run("unix://"+r.ContainerdSock, idOnly...).Stdout)
+		public := r.AnonRegistry + "/" + rig.BusyboxImage // a public image, pulled anonymously
+		crictl("pull", public)
+		vol := filepath.Join(work, "vol.json")
+		os.WriteFile(vol, []byte(fmt.Sprintf(`{"metadata":{"name":"peek"},"image":{"image":%q},"command":["cat","/vol/marker"],"mounts":[{"container_path":"/vol","readonly":true,"image":{"image":%q}}],"log_path":"peek.log","linux":{}}`, public, id)), 0o644)
+		podC := strings.TrimSpace(crictl("runp", tenantC).Stdout)
+		if res := crictl("create", podC, vol, tenantC); res.Err == nil {
+			return fmt.Errorf("tenant C's container mounting A's image was created")
+		}
+		crictl("stopp", podC)
+		crictl("rmp", podC)
+	}
 
 	step("the proxy's metrics (http://%s/metrics), an excerpt", mon)
 	if resp, err := http.Get("http://" + mon + "/metrics"); err == nil {
