@@ -3,7 +3,6 @@ package ensure
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"regexp"
 
 	"github.com/containerd/errdefs"
@@ -41,13 +40,6 @@ func containerImages(cfg *runtimeapi.ContainerConfig) []imageUse {
 // with the API, an entitlement. Each image gets the same decision.
 func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
 	pod := req.GetSandboxConfig().GetMetadata()
-	if g.policy.Name() != NeverVerify && filepath.IsAbs(req.GetConfig().GetImage().GetImage()) {
-		// containerd restores a checkpoint archive given by path, with the
-		// base image named inside the archive: an image the proxy cannot see.
-		g.metrics.denials.Inc()
-		g.logDecision(ctx, "CreateContainer: denied", req.GetConfig().GetImage().GetImage(), "", podName(pod), "a checkpoint archive by path: its base image cannot be checked")
-		return nil, fmt.Errorf("image %q for pod %s: %w: restoring a checkpoint archive by path is not allowed under image credential verification", req.GetConfig().GetImage().GetImage(), podName(pod), errdefs.ErrPermissionDenied)
-	}
 	for _, use := range containerImages(req.GetConfig()) {
 		if err := g.admit(ctx, pod, use); err != nil {
 			return nil, err
@@ -78,8 +70,17 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 		g.log.Warn("ensure: the runtime cannot answer the image check; the container is refused until it can",
 			"image", shown, "field", use.field, "pod", podName(pod), "err", err)
 		return fmt.Errorf("image %q for pod %s: %w: the image check could not be made; retry", shown, podName(pod), errdefs.ErrUnavailable)
+	case ref == "" && use.field == "image" && g.policy.Name() != NeverVerify:
+		// Not an image of the node, yet containerd may still create from it:
+		// a file path (absolute, or relative to its working directory) is
+		// restored as a checkpoint archive, with a base image named inside
+		// it that the proxy cannot see. The kubelet only creates from images
+		// it found present, so this refuses nothing it does.
+		g.metrics.denials.Inc()
+		g.logDecision(ctx, "CreateContainer: denied ("+use.field+")", shown, "", podName(pod), "not an image of the node: a checkpoint archive's base image cannot be checked")
+		return fmt.Errorf("image %q for pod %s: %w: not an image present on the node (a checkpoint archive cannot be checked); pull it first", shown, podName(pod), errdefs.ErrPermissionDenied)
 	case ref == "":
-		return nil // not present: the runtime refuses by itself
+		return nil // an image volume not present: the runtime refuses by itself
 	}
 	d := g.decide(ref, repo)
 	if !d.verify || g.grants.has(pod.GetUid(), ref) {

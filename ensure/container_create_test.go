@@ -101,15 +101,19 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 	})
 }
 
-func TestACheckpointArchiveByPathIsRefused(t *testing.T) {
+func TestAContainerImageTheNodeDoesNotHaveIsRefused(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-	if code, err := createWithMounts(s, podA, "/var/lib/kubelet/checkpoints/checkpoint-app.tar"); code != codes.PermissionDenied {
-		t.Errorf("got %v (%v)", code, err)
-	}
-	s = newSetup(t, ensure.NeverVerify)
-	if code, err := createWithMounts(s, podA, "/var/lib/kubelet/checkpoints/checkpoint-app.tar"); code != codes.OK {
-		t.Errorf("NeverVerify: got %v (%v)", code, err)
+	// containerd restores a file it finds at the image "name" as a
+	// checkpoint archive, absolute or relative to its working directory.
+	for _, image := range []string{"/var/lib/kubelet/checkpoints/checkpoint-app.tar", "var/lib/kubelet/checkpoints/checkpoint-app.tar", "registry.test/absent:v1"} {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		if code, err := createWithMounts(s, podA, image); code != codes.PermissionDenied {
+			t.Errorf("%s: got %v (%v)", image, code, err)
+		}
+		s = newSetup(t, ensure.NeverVerify)
+		if code, err := createWithMounts(s, podA, image); code != codes.OK {
+			t.Errorf("%s under NeverVerify: got %v (%v)", image, code, err)
+		}
 	}
 }
 
@@ -144,6 +148,7 @@ func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
 	t.Run("a non-entitled Never volume pod does not keep it hidden, and is refused at CreateContainer", func(t *testing.T) {
 		s := newAPISetup(t)
 		s.start(podA, private, "IfNotPresent")
+		s.start(podB, public, "IfNotPresent") // the containers' own image: public, on the node
 		s.create(t, pullSecret("ta", "regcred", "registry.test", "alice:a-pw"),
 			volumePod("ta", "vol-a", "va", corev1.PullNever, "regcred"),
 			volumePod("tb", "vol-b", "vb", corev1.PullNever))
