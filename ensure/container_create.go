@@ -58,11 +58,7 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 	}
 	ref, repo, err := g.resolve(ctx, spec)
 	switch {
-	case err != nil && runtimeAnswered(err):
-		// The runtime answered about the name itself (it cannot parse or
-		// find it): CreateContainer will give its own error.
-		return nil
-	case err != nil:
+	case err != nil && !runtimeAnswered(err):
 		if !g.mayNeedVerification(spec.GetImage()) {
 			return nil
 		}
@@ -70,17 +66,21 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 		g.log.Warn("ensure: the runtime cannot answer the image check; the container is refused until it can",
 			"image", shown, "field", use.field, "pod", podName(pod), "err", err)
 		return fmt.Errorf("image %q for pod %s: %w: the image check could not be made; retry", shown, podName(pod), errdefs.ErrUnavailable)
-	case ref == "" && use.field == "image" && g.policy.Name() != NeverVerify:
-		// Not an image of the node, yet containerd may still create from it:
-		// a file path (absolute, or relative to its working directory) is
-		// restored as a checkpoint archive, with a base image named inside
-		// it that the proxy cannot see. The kubelet only creates from images
-		// it found present, so this refuses nothing it does.
+	case ref != "":
+	case use.field == "image" && g.policy.Name() != NeverVerify:
+		// Not an image of the node (absent, or a name the runtime cannot
+		// parse), yet containerd may still create from it: a file path,
+		// absolute or relative to its working directory, is restored as a
+		// checkpoint archive, with a base image named inside it that the
+		// proxy cannot see. The kubelet only creates from images it found
+		// present, so this refuses nothing it does.
 		g.metrics.denials.Inc()
 		g.logDecision(ctx, "CreateContainer: denied ("+use.field+")", shown, "", podName(pod), "not an image of the node: a checkpoint archive's base image cannot be checked")
 		return fmt.Errorf("image %q for pod %s: %w: not an image present on the node (a checkpoint archive cannot be checked); pull it first", shown, podName(pod), errdefs.ErrPermissionDenied)
-	case ref == "":
-		return nil // an image volume not present: the runtime refuses by itself
+	default:
+		// An image volume the runtime does not have, or cannot parse: its
+		// CreateContainer refuses with its own error.
+		return nil
 	}
 	d := g.decide(ref, repo)
 	if !d.verify || g.grants.has(pod.GetUid(), ref) {

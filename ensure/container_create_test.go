@@ -92,11 +92,17 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 			}
 		})
 	}
-	t.Run("an answer about the name itself is left to the runtime's own error", func(t *testing.T) {
+	t.Run("an answer about an image volume's name itself is left to the runtime's own error", func(t *testing.T) {
 		s := newSetup(t, ensure.AlwaysVerify)
-		s.node.statusErr = status.Error(codes.InvalidArgument, "invalid reference")
-		if code, err := createWithMounts(s, podA, public, "Not_A_Reference"); code != codes.OK {
-			t.Errorf("got %v (%v); want the request forwarded", code, err)
+		s.start(podB, public, "IfNotPresent")
+		if code, err := createWithMounts(s, podB, public, "Not_A_Reference"); code != codes.OK {
+			t.Errorf("got %v (%v); want it forwarded", code, err)
+		}
+	})
+	t.Run("a container image the runtime cannot parse is refused (it may be a checkpoint archive's path)", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		if code, err := createWithMounts(s, podA, "/var/lib/Checkpoint.tar"); code != codes.PermissionDenied {
+			t.Errorf("got %v (%v)", code, err)
 		}
 	})
 }

@@ -70,6 +70,9 @@ func (n *fakeNode) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusReq
 		return nil, n.statusErr
 	}
 	name := req.GetImage().GetImage()
+	if _, err := reference.ParseNormalizedNamed(name); err != nil && strings.Trim(strings.TrimPrefix(name, "sha256:"), "0123456789abcdef") != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "invalid image reference %q", name)
+	}
 	if img := n.local[name]; img != nil {
 		return &runtimeapi.ImageStatusResponse{Image: img}, nil
 	}
