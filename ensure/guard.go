@@ -206,7 +206,7 @@ func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
 			mapping = &c
 		}
 	}
-	pulled := g.pending.has(repo) || g.unrecorded.has(imageRef) || (rec != nil && (repo == "" || mapping != nil))
+	pulled := g.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) || (rec == nil && g.unrecorded.has(imageRef))
 	if !g.policy.verificationRequired(repo, pulled) {
 		why := fmt.Sprintf("policy %s does not require verification", g.policy.Name())
 		if g.policy.Name() == NeverVerifyPreloadedImages {
