@@ -370,6 +370,19 @@ func TestRecordsAndIntents(t *testing.T) {
 			t.Errorf("%d intents left", i)
 		}
 	})
+	t.Run("an intent of repo:tag@digest matches the image containerd lists as repo@digest", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		dgst := "sha256:" + strings.Repeat("3", 64)
+		s.store.AddIntent("registry.test/team-a/app:v1@" + dgst)
+		s.node.preload("registry.test/team-a/app@"+dgst, refApp)
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		if n, d, err := s.guard.Recover(ctx); n != 1 || d != 0 || err != nil {
+			t.Fatalf("Recover = %d converted, %d dropped, %v; want the intent converted", n, d, err)
+		}
+		if got := s.start(podB, "registry.test/team-a/app@"+dgst, "Never"); got != errNeverPull {
+			t.Errorf("after the crash a Never pod without credentials got %s", got)
+		}
+	})
 	t.Run("an intent for an image that never arrived is dropped", func(t *testing.T) {
 		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
 		s.store.AddIntent("registry.test/never/arrived:v1")

@@ -38,10 +38,9 @@ func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error)
 	}
 	for len(g.leftover) > 0 {
 		in := g.leftover[0]
-		n, ok := normalizedRef(in.Image)
-		ref := byName[n]
+		ref := listedID(byName, in.Image)
 		repo, _ := Repository(in.Image)
-		if !ok || ref == "" || repo == "" {
+		if ref == "" || repo == "" {
 			if err := g.store.DropIntent(in.ID); err != nil {
 				return converted, dropped, err
 			}
@@ -59,6 +58,26 @@ func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error)
 		g.leftover = g.leftover[1:]
 	}
 	return converted, dropped, nil
+}
+
+// listedID finds the image an intent names in the runtime's list (by
+// normalized reference): by the intent's full reference or, when it has a
+// digest, by repo@digest, which is how containerd lists a pull of
+// repo:tag@digest. "" when it is not there.
+func listedID(byName map[string]string, image string) string {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return ""
+	}
+	if id := byName[reference.TagNameOnly(named).String()]; id != "" {
+		return id
+	}
+	if d, ok := named.(reference.Digested); ok {
+		if c, err := reference.WithDigest(reference.TrimNamed(named), d.Digest()); err == nil {
+			return byName[c.String()]
+		}
+	}
+	return ""
 }
 
 // normalizedRef is a reference's full normalized form, with the default
