@@ -180,6 +180,21 @@ func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
 
 func TestARecordThatCannotBeWrittenLeavesTheImageNeedingVerification(t *testing.T) {
 	t.Parallel()
+	t.Run("B is refused by image ID when the same image is also public under another name", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		const open = "registry.test/open/app:v1"
+		s.node.serve(open, refApp, "")
+		if r := s.start(podB, open, "IfNotPresent"); r != running {
+			t.Fatalf("B's anonymous pull: %s", r)
+		}
+		s.store.(*ensuretest.MemoryStore).FailWrites = errors.New("no space left on device")
+		if r := s.start(podA, private, "IfNotPresent"); r != running {
+			t.Fatalf("A's pull: %s", r)
+		}
+		if code, err := createWithMounts(s, podBOwn, refApp); code != codes.PermissionDenied {
+			t.Errorf("a pod that never pulled, by ID: %v (%v)", code, err)
+		}
+	})
 	for _, tc := range []struct {
 		name   string
 		lookup string // how B's container names the image

@@ -218,6 +218,9 @@ func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
 		return decision{true, resultMustAuth, "no record of a verified pull"}
 	}
 	if repo == "" {
+		if g.unrecorded.has(imageRef) {
+			return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and a pull of the image could not be recorded"}
+		}
 		for _, c := range rec.CredentialMapping {
 			if !c.NodePodsAccessible {
 				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
