@@ -19,8 +19,10 @@
 //     from the config, whose env overrides the host's; the response decoded
 //     strictly and refused unless its apiVersion and kind match and its
 //     cacheKeyType is Image, Registry or Global. stdout is bounded (1 MiB)
-//     and stderr (64 KiB, logged, never stdout); a timeout (1 minute by
-//     default) kills the plugin's whole process group.
+//     and stderr (64 KiB kept; logged at debug level only, its first KiB,
+//     with the token sent, the passwords answered and anything shaped like
+//     a token or an auth header masked; stdout is never logged); a timeout
+//     (1 minute by default) kills the plugin's whole process group.
 //   - Cache (package authcache): cacheDuration from the response, else the
 //     provider's default, 0 = not cached; lookups image, then registry, then
 //     global; one exec at a time per image; expired entries purged

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -92,10 +93,19 @@ func (p *plugin) exec(ctx context.Context, image string, sa saRequest) (Answer, 
 	start := p.now()
 	resp, stderr, err := p.runner.run(ctx, execRequest{Image: image, ServiceAccountToken: sa.token, ServiceAccountAnnotations: sa.annotations})
 	p.metrics.duration.WithLabelValues(p.cfg.Name).Observe(p.now().Sub(start).Seconds())
-	if len(stderr) > 0 {
-		// A plugin's diagnostics, bounded; stdout (credentials) is never logged.
-		p.log.Warn("credential provider plugin wrote to stderr", "plugin", p.cfg.Name, "image", image,
-			"stderr", truncate(string(stderr), 2048))
+	if len(stderr) > 0 && p.log.Enabled(ctx, slog.LevelDebug) {
+		// A plugin's diagnostics, at debug level, capped, with every secret
+		// the proxy knows of (the token it sent, the passwords it got back)
+		// and anything shaped like a token or an auth header masked.
+		// stdout (credentials) is never logged.
+		known := []string{sa.token}
+		if resp != nil {
+			for _, c := range resp.Auth {
+				known = append(known, c.Password)
+			}
+		}
+		p.log.DebugContext(ctx, "credential provider plugin wrote to stderr", "plugin", p.cfg.Name, "image", image,
+			"stderr", truncate(redact(string(stderr), known), maxLoggedStderr))
 	}
 	if err != nil {
 		p.metrics.calls.WithLabelValues(p.cfg.Name, resultOf(err)).Inc()
@@ -134,6 +144,27 @@ func resultOf(err error) string {
 		return resultOutputTooLarge
 	}
 	return resultFailed
+}
+
+// maxLoggedStderr caps what a debug line quotes of a plugin's stderr.
+const maxLoggedStderr = 1024
+
+// secretShaped matches what may be a secret a plugin printed that the
+// proxy does not know: a JWT (a service account token), a Basic or Bearer
+// authorization value, and key=value or "key": "value" pairs whose key
+// names a secret.
+var secretShaped = regexp.MustCompile(`eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]*)?` +
+	`|(?i)\b(basic|bearer)\s+[A-Za-z0-9._~+/=-]+` +
+	`|(?i)"?(password|passwd|secret|token|auth|authorization|identitytoken|registrytoken)"?\s*[:=]\s*"?((basic|bearer)\s+)?[^\s",}]+`)
+
+// redact masks the known secrets and anything secret-shaped in s.
+func redact(s string, known []string) string {
+	for _, k := range known {
+		if k != "" {
+			s = strings.ReplaceAll(s, k, "[redacted]")
+		}
+	}
+	return secretShaped.ReplaceAllString(s, "[redacted]")
 }
 
 func truncate(s string, n int) string {

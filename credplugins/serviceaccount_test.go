@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,4 +191,52 @@ func TestTokenProviders(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
+}
+
+func TestPluginStderrNeverLogsASecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	// A chatty plugin: it prints the token it was given, the password it
+	// answers, a bearer header and a JSON pair to stderr, then a lot more.
+	writePlugin(t, dir, "chatty", `req=$(cat)
+v=$(printf '%s' "$req" | sed -n 's/.*"apiVersion":"\([^"]*\)".*/\1/p')
+tok=$(printf '%s' "$req" | sed -n 's/.*"serviceAccountToken":"\([^"]*\)".*/\1/p')
+echo "debug: got token $tok" >&2
+echo "debug: answering password hunter2-pw" >&2
+echo "debug: Authorization: Bearer abc.def-ghi" >&2
+echo 'debug: {"password": "other-pw-123"}' >&2
+echo "debug: eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln" >&2
+head -c 70000 /dev/zero | tr '\0' 'x' >&2
+printf '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"Registry","auth":{"registry.test":{"username":"u","password":"hunter2-pw"}}}' "$v"
+`)
+	api := newFakeAPI(sa("team-a", "builder", "sa-uid-1", map[string]string{"registry.test/user": "alice"}), kpod("team-a", "p1", "pod-1", "builder"))
+	p := tokenProvider("ServiceAccount", true, []string{"registry.test/user"}, nil)
+	p.Name = "chatty"
+	src := podtoken.New(podtokentest.API(api.client), "node", podtoken.Options{})
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var logs strings.Builder
+		in, err := New(&Config{Hash: "h", Providers: []Provider{p}}, Options{Clock: testclock.NewFakeClock(t0), Identity: src,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: level}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.plugins[0].runner = newExecPlugin(p, dir, time.Minute)
+		_, answers, failed := in.Lookup(ctx, "registry.test/app", &PodRef{Namespace: "team-a", Name: "p1", UID: "pod-1"})
+		if len(failed) > 0 || len(answers) != 1 {
+			t.Fatalf("answers %v, failed %v", answers, failed)
+		}
+		out := logs.String()
+		for _, secret := range []string{"token-1", "hunter2-pw", "abc.def-ghi", "other-pw-123", "eyJhbGciOiJSUzI1NiJ9"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("at level %v the log holds %q:\n%.2000s", level, secret, out)
+			}
+		}
+		switch {
+		case level == slog.LevelInfo && strings.Contains(out, "stderr"):
+			t.Errorf("a plugin's stderr is logged above debug level:\n%.2000s", out)
+		case level == slog.LevelDebug && (!strings.Contains(out, "debug: got token [redacted]") || len(out) > 4*maxLoggedStderr):
+			t.Errorf("at debug level, want the stderr masked and capped (%d bytes):\n%.2000s", len(out), out)
+		}
+	}
 }

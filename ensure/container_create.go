@@ -74,9 +74,8 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 		// checkpoint archive, with a base image named inside it that the
 		// proxy cannot see. The kubelet only creates from images it found
 		// present, so this refuses nothing it does.
-		g.metrics.denials.Inc()
-		g.logDecision(ctx, "CreateContainer: denied ("+use.field+")", shown, "", podName(pod), "not an image of the node: a checkpoint archive's base image cannot be checked")
-		return fmt.Errorf("image %q for pod %s: %w: not an image present on the node (a checkpoint archive cannot be checked); pull it first", shown, podName(pod), errdefs.ErrPermissionDenied)
+		g.refused(ctx, pod, use, shown, "", "not an image of the node: a checkpoint archive's base image cannot be checked")
+		return fmt.Errorf("image %q for pod %s: %w: it must be pulled with credentials the registry accepts", shown, podName(pod), errdefs.ErrPermissionDenied)
 	default:
 		// An image volume the runtime does not have, or cannot parse: its
 		// CreateContainer refuses with its own error.
@@ -97,10 +96,17 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 			}
 		}
 	}
+	g.refused(ctx, pod, use, shown, ref, d.rule)
+	return fmt.Errorf("image %q for pod %s: %w: it must be pulled with credentials the registry accepts",
+		shown, podName(pod), errdefs.ErrPermissionDenied)
+}
+
+// refused counts and logs a refused image use for the operator: the image
+// ID and the rule go here, never into the error the pod's owner reads
+// (the event and crictl show only the image as the pod named it).
+func (g *Guard) refused(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, use imageUse, shown, ref, rule string) {
 	g.metrics.denials.Inc()
-	g.logDecision(ctx, "CreateContainer: denied ("+use.field+")", shown, ref, podName(pod), d.rule)
-	return fmt.Errorf("image %q (%s) for pod %s: %w: the pod's credentials were not verified for this image (%s); pull it with credentials the registry accepts",
-		shown, ref, podName(pod), errdefs.ErrPermissionDenied, d.rule)
+	g.log.InfoContext(ctx, "ensure: container refused", "image", shown, "field", use.field, "imageRef", ref, "pod", podName(pod), "rule", rule)
 }
 
 // runtimeAnswered reports whether an ImageStatus error is the runtime's

@@ -1,9 +1,12 @@
 package ensure_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,11 +44,31 @@ type setup struct {
 	store ensure.RecordStore
 	guard *ensure.Guard
 	clock *testclock.FakeClock
+	// log is what the guard wrote for the operator, debug level included.
+	log *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the guard's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func newSetup(t *testing.T, policy ensure.PolicyName, allowlist ...string) *setup {
 	t.Helper()
-	s := &setup{node: newFakeNode(), store: ensuretest.NewMemoryStore(), clock: testclock.NewFakeClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))}
+	s := &setup{node: newFakeNode(), store: ensuretest.NewMemoryStore(), clock: testclock.NewFakeClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)), log: &syncBuffer{}}
 	s.node.serve(private, refApp, "alice:a-pw", "bob:b-pw")
 	s.node.serve(public, refTool, "", "alice:a-pw")
 	s.restart(t, policy, allowlist...)
@@ -60,7 +83,10 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock}); err != nil {
+	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{
+		Clock:  s.clock,
+		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -276,6 +302,25 @@ func TestCreateContainer(t *testing.T) {
 		err := create(s, podB, refApp, private)
 		if status.Code(toStatus(err)) != codes.PermissionDenied || !strings.Contains(err.Error(), private) || !strings.Contains(err.Error(), "uid b1") {
 			t.Errorf("got %v", err)
+		}
+	})
+	t.Run("the refused pod is told only the image it named; the image ID and the rule go to the operator's log", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.start(podA, private, "IfNotPresent")
+		err := create(s, podB, refApp, private)
+		if status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Fatalf("got %v", err)
+		}
+		for _, secret := range []string{refApp, refApp[7:19], "with credentials\n", "rule", "team-a/app was pulled"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the tenant's error says %q: %v", secret, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "must be pulled with credentials the registry accepts") {
+			t.Errorf("the error does not say what to do: %v", err)
+		}
+		if log := s.log.String(); !strings.Contains(log, "container refused") || !strings.Contains(log, refApp) || !strings.Contains(log, "was pulled with credentials") {
+			t.Errorf("the operator's log lacks the image ID or the rule:\n%s", log)
 		}
 	})
 	t.Run("an image given by ID only is refused when some repository of it is restricted", func(t *testing.T) {
