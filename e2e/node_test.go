@@ -267,7 +267,7 @@ providers:
     matchImages: ["%[1]s/bysa"]
     defaultCacheDuration: 10m
     apiVersion: credentialprovider.kubelet.k8s.io/v1
-    args: ["--audience", "%[3]s", "--credentials", "%[4]s", "--log", "%[5]s"]
+    args: ["--for-tests-only", "--audience", "%[3]s", "--credentials", "%[4]s", "--log", "%[5]s"]
     tokenAttributes:
       serviceAccountTokenAudience: %[3]s
       cacheType: ServiceAccount

@@ -111,7 +111,7 @@ providers:
     matchImages: ["%s"]
     defaultCacheDuration: 10m
     apiVersion: credentialprovider.kubelet.k8s.io/v1
-    args: ["--audience", "%s", "--credentials", "%s", "--log", "%s"]
+    args: ["--for-tests-only", "--audience", "%s", "--credentials", "%s", "--log", "%s"]
     tokenAttributes:
       serviceAccountTokenAudience: %s
       cacheType: ServiceAccount

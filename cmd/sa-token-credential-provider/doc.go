@@ -3,8 +3,12 @@
 // kubelet, or cri-image-proxy, hands it, and maps a service account
 // annotation to registry credentials.
 //
-//	sa-token-credential-provider --audience AUD --credentials FILE \
+//	sa-token-credential-provider --for-tests-only --audience AUD --credentials FILE \
 //	    [--annotation registry.test/user] [--log FILE]
+//
+// Never deploy it: it does not verify the token's signature, so any
+// well-formed token, forged by anyone, gets registry credentials. It refuses
+// to run without --for-tests-only.
 //
 // It reads a credentialprovider.kubelet.k8s.io/v1 CredentialProviderRequest
 // and checks the token's claims: the audience, not expired, not before its

@@ -13,7 +13,14 @@ func main() {
 	flag.StringVar(&o.credentials, "credentials", "", "file of user:password lines")
 	flag.StringVar(&o.annotation, "annotation", "registry.test/user", "the service account annotation naming the user")
 	flag.StringVar(&o.log, "log", "", "append the claims of each request to this file (JSON lines)")
+	forTests := flag.Bool("for-tests-only", false, "required: say that this is a test run (the plugin does not verify token signatures; never deploy it)")
 	flag.Parse()
+	if !*forTests {
+		// It hands registry credentials to any well-formed token, forged or
+		// not: on a real node that is a credential for anyone.
+		fmt.Fprintln(os.Stderr, "sa-token-credential-provider: refusing to run: this is a test plugin that does not verify token signatures; never deploy it (tests pass --for-tests-only)")
+		os.Exit(2)
+	}
 	o.now = time.Now
 	if err := run(os.Stdin, os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "sa-token-credential-provider:", err)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,5 +75,43 @@ func TestRun(t *testing.T) {
 	log, _ := os.ReadFile(logFile)
 	if !strings.Contains(string(log), `"podUID":"pod-uid"`) || strings.Contains(string(log), "eyJ") {
 		t.Errorf("claims log: %s", log)
+	}
+}
+
+// TestMain runs the plugin's main when a test re-executes the test binary
+// as the plugin.
+func TestMain(m *testing.M) {
+	if os.Getenv("SA_TOKEN_PLUGIN_AS_MAIN") == "1" {
+		os.Args = append([]string{"sa-token-credential-provider"}, strings.Fields(os.Getenv("SA_TOKEN_PLUGIN_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestRefusesToRunWithoutTheTestFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, args string
+		refused    bool
+	}{
+		{"without --for-tests-only it refuses before reading a request", "--audience a --credentials /nonexistent", true},
+		{"with it, it runs (and fails on the empty request)", "--for-tests-only --audience a --credentials /nonexistent", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), "SA_TOKEN_PLUGIN_AS_MAIN=1", "SA_TOKEN_PLUGIN_ARGS="+tc.args)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("want an exit error, got %v", err)
+			}
+			refused := exit.ExitCode() == 2 && strings.Contains(stderr.String(), "never deploy it")
+			if refused != tc.refused {
+				t.Errorf("refused %v, want %v (exit %d): %s", refused, tc.refused, exit.ExitCode(), stderr.String())
+			}
+		})
 	}
 }
