@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
@@ -138,7 +139,7 @@ func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
 		}
 		return st.GetImage() != nil
 	}
-	t.Run("an entitled Never volume pod is shown the image while a non-entitled IfNotPresent volume pod keeps it hidden", func(t *testing.T) {
+	t.Run("an entitled Never volume pod is shown the image, whoever else waits; a non-entitled IfNotPresent volume pod pulls once it no longer waits", func(t *testing.T) {
 		s := newAPISetup(t)
 		s.start(podA, private, "IfNotPresent")
 		s.create(t, pullSecret("ta", "regcred", "registry.test", "alice:a-pw"),
@@ -147,6 +148,13 @@ func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
 			t.Fatalf("the entitled volume pod is not shown the image")
 		}
 		s.create(t, volumePod("tb", "vol-b", "vb", corev1.PullIfNotPresent))
+		if !shown(s) {
+			t.Errorf("a waiting IfNotPresent volume pod without credentials hid the image from an entitled Never pod")
+		}
+		if err := s.client.CoreV1().Pods("ta").Delete(ctx, "vol-a", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.create(t)
 		if shown(s) {
 			t.Errorf("a waiting IfNotPresent volume pod without credentials was shown the image: it would skip its pull")
 		}

@@ -157,29 +157,43 @@ func (g *Guard) waitingUses(image string) map[*corev1.Pod][]corev1.PullPolicy {
 }
 
 // showToWaiters reports whether ImageStatus may show the image although it
-// needs verification, because of the pods waiting for it: at least one is
-// entitled to it, and every other one could not verify by pulling anyway
-// (pull policy Never: it is then refused at CreateContainer instead of
-// ErrImageNeverPull). A waiting pod that could pull keeps the image hidden,
-// so that it does. In doubt (no API, no pod), hidden.
+// needs verification, because of the pods waiting for it. ImageStatus
+// carries no pod, so one answer serves them all:
+//   - an entitled pod with pull policy Never can only start if it is shown
+//     (hidden, it ends in ErrImageNeverPull): it is shown, whoever else
+//     waits. A pod that is not entitled cannot keep another tenant's
+//     entitled pods from their image (one tenant cannot block another); it
+//     is refused at CreateContainer and verifies by pulling once no entitled
+//     Never pod waits;
+//   - otherwise it is shown when some waiting pod is entitled and none of
+//     the others could verify by pulling (they are Never: refused at
+//     CreateContainer instead of ErrImageNeverPull); an entitled pod that
+//     can pull re-uses the image through PullImage anyway.
+//
+// In doubt (no API, no pod), hidden.
 func (g *Guard) showToWaiters(ctx context.Context, image, imageRef, repo string) (bool, string) {
 	if g.pods == nil {
 		return false, ""
 	}
 	var entitled []string
+	entitledNever, otherCouldPull := false, false
 	for pod, policies := range g.waitingUses(image) {
 		if ok, _ := g.entitled(ctx, pod, imageRef, repo); ok {
 			entitled = append(entitled, pod.Namespace+"/"+pod.Name)
+			entitledNever = entitledNever || slices.Contains(policies, corev1.PullNever)
 			continue
 		}
-		for _, p := range policies {
-			if p != corev1.PullNever {
-				return false, ""
-			}
-		}
+		otherCouldPull = otherCouldPull || slices.ContainsFunc(policies, func(p corev1.PullPolicy) bool { return p != corev1.PullNever })
 	}
-	if len(entitled) == 0 {
+	switch {
+	case len(entitled) == 0:
+		return false, ""
+	case entitledNever:
+		slices.Sort(entitled)
+		return true, "entitled pods with pull policy Never wait for it (" + strings.Join(entitled, ", ") + "); any other is refused at CreateContainer"
+	case otherCouldPull:
 		return false, ""
 	}
+	slices.Sort(entitled)
 	return true, "pods waiting for it are entitled (" + strings.Join(entitled, ", ") + "); the others would be refused at CreateContainer"
 }

@@ -126,10 +126,24 @@ func TestPodAwareImageStatus(t *testing.T) {
 			t.Errorf("A's container: %v", err)
 		}
 	})
-	t.Run("a waiting pod that could verify by pulling keeps the image hidden, so that it pulls", func(t *testing.T) {
+	t.Run("another tenant's IfNotPresent pod without a verified credential does not hide it from the entitled Never pod", func(t *testing.T) {
 		s.create(t, policyPod("b", "ifnotpresent-b", "uid-inp-b", "", private, corev1.PullIfNotPresent, "other"))
+		if !status() {
+			t.Errorf("tenant B's waiting IfNotPresent pod hid the image from A's entitled Never pod")
+		}
+		if err := create("b", "ifnotpresent-b", "uid-inp-b"); err == nil || !strings.Contains(toStatus(err).Error(), "PermissionDenied") {
+			t.Errorf("B's IfNotPresent container, shown the image, must still be refused: %v", err)
+		}
+	})
+	t.Run("once no entitled Never pod waits, the image is hidden so that the IfNotPresent pod pulls", func(t *testing.T) {
+		for _, name := range []string{"never-a", "never-b"} {
+			if err := s.client.CoreV1().Pods(map[string]string{"never-a": "a", "never-b": "b"}[name]).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.create(t)
 		if status() {
-			t.Errorf("the image is shown while an IfNotPresent pod without a verified credential waits for it")
+			t.Errorf("the image is shown while an IfNotPresent pod without a verified credential waits for it, and no entitled Never pod does")
 		}
 	})
 }
