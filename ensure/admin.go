@@ -113,9 +113,18 @@ func (l *LocalAdmin) RevokeImage(_ context.Context, ref string) (RevokeResult, e
 	return RevokeResult{Records: n}, err
 }
 
+// RevokeServiceAccount removes the account from every record and, in the
+// daemon, drops the in-memory grants of those images: grants do not say
+// which credential earned them, so every pod re-checks at its next
+// container start (one that still has a verified credential passes).
 func (l *LocalAdmin) RevokeServiceAccount(_ context.Context, ns, name string) (RevokeResult, error) {
-	n, err := l.Store.RevokeServiceAccount(ns, name, l.now())
-	return RevokeResult{Records: n}, err
+	refs, err := l.Store.RevokeServiceAccount(ns, name, l.now())
+	if l.Guard != nil {
+		for _, ref := range refs {
+			l.Guard.grants.dropImage(ref)
+		}
+	}
+	return RevokeResult{Records: len(refs)}, err
 }
 
 func (l *LocalAdmin) GC(ctx context.Context) (GCResult, error) {

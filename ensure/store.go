@@ -350,8 +350,10 @@ func (s *Store) Forget(imageRef string) (bool, error) {
 
 // update rewrites every record f changes (f returns true), in one
 // transaction, and returns how many changed.
-func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
-	n := 0
+// update applies f to every record, writes those it changed, and returns
+// their image IDs.
+func (s *Store) update(now time.Time, f func(*Record) bool) ([]string, error) {
+	var refs []string
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		rb := recordsBucket(tx)
 		type change struct{ k, v []byte }
@@ -373,6 +375,7 @@ func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
 				return err
 			}
 			changes = append(changes, change{bytes.Clone(k), data})
+			refs = append(refs, r.ImageRef)
 			return nil
 		})
 		if err != nil {
@@ -383,16 +386,18 @@ func (s *Store) update(now time.Time, f func(*Record) bool) (int, error) {
 				return nil, err
 			}
 		}
-		n = len(changes)
 		return nil, nil
 	})
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return refs, nil
 }
 
 // RevokeImage removes every credential of imageRef's record but keeps the
 // record: every pod must verify again. It reports whether there was one.
 func (s *Store) RevokeImage(imageRef string, now time.Time) (bool, error) {
-	n, err := s.update(now, func(r *Record) bool {
+	refs, err := s.update(now, func(r *Record) bool {
 		if r.ImageRef != imageRef {
 			return false
 		}
@@ -401,12 +406,12 @@ func (s *Store) RevokeImage(imageRef string, now time.Time) (bool, error) {
 		}
 		return true
 	})
-	return n > 0, err
+	return len(refs) > 0, err
 }
 
 // RevokeServiceAccount removes the service account namespace/name from
-// every record and returns how many records changed.
-func (s *Store) RevokeServiceAccount(namespace, name string, now time.Time) (int, error) {
+// every record and returns the image IDs of the records it changed.
+func (s *Store) RevokeServiceAccount(namespace, name string, now time.Time) ([]string, error) {
 	return s.update(now, func(r *Record) bool {
 		changed := false
 		for repo, c := range r.CredentialMapping {
