@@ -21,7 +21,9 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 		revoke func(*ensure.LocalAdmin) (ensure.RevokeResult, error)
 	}{
 		{"revoking the service account makes its running pod re-check at its next container start",
-			func(a *ensure.LocalAdmin) (ensure.RevokeResult, error) { return a.RevokeServiceAccount(ctx, "a", "builder") }},
+			func(a *ensure.LocalAdmin) (ensure.RevokeResult, error) {
+				return a.RevokeServiceAccount(ctx, "a", "builder")
+			}},
 		{"revoking the image makes its running pod re-check at its next container start",
 			func(a *ensure.LocalAdmin) (ensure.RevokeResult, error) { return a.RevokeImage(ctx, refApp) }},
 	} {
