@@ -24,6 +24,9 @@ type fakeNode struct {
 	requests  int                          // registry requests
 	sandboxes map[string]string            // sandbox ID -> pod UID
 	statusErr error                        // when set, ImageStatus fails with it (the runtime down)
+	// afterStatus, when set, runs after each ImageStatus answered, outside
+	// the node's lock: a test's way to make something happen right then.
+	afterStatus func(resp *runtimeapi.ImageStatusResponse)
 }
 
 func newFakeNode() *fakeNode {
@@ -63,7 +66,18 @@ func (n *fakeNode) store(ref, id string) {
 	n.local[ref] = img
 }
 
-func (n *fakeNode) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+func (n *fakeNode) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+	resp, err := n.imageStatus(req)
+	n.mu.Lock()
+	after := n.afterStatus
+	n.mu.Unlock()
+	if after != nil && err == nil {
+		after(resp)
+	}
+	return resp, err
+}
+
+func (n *fakeNode) imageStatus(req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.statusErr != nil {

@@ -99,11 +99,13 @@ type Guard struct {
 	// not be written: until a restart settles their intents, they count as
 	// pulled with no verified credential (see PullImage).
 	unrecorded *pendingTable
-	metrics    *metrics
-	log        *slog.Logger
-	clock      clock.PassiveClock
-	grace      time.Duration
-	pods       NodePods
+	// refs order a pull's record against RemoveImage's forget.
+	refs    *refLocks
+	metrics *metrics
+	log     *slog.Logger
+	clock   clock.PassiveClock
+	grace   time.Duration
+	pods    NodePods
 
 	// names remembers parsed image names (image -> parsedName).
 	names    sync.Map
@@ -129,7 +131,7 @@ var (
 func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes runtimeSandboxes, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		store: store, policy: policy, images: images, sandboxes: sandboxes,
-		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(),
+		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(), refs: newRefLocks(),
 		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods,
 	}
 	if g.log == nil {
@@ -452,6 +454,8 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		}
 	}
 	ref := g.imageID(ctx, name, resp.GetImageRef())
+	unlock := g.refs.lock(ref)
+	defer unlock()
 	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
 		// The intent stays on disk: at the next start it becomes a record
 		// with no credential. Until then, as the kubelet's intent counter
@@ -520,7 +524,10 @@ func (g *Guard) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequ
 		return resp, err
 	}
 	// containerd removes the image with every name it has; if some name
-	// is left (another runtime), the record must stay.
+	// is left (another runtime), the record must stay. A pull of the image
+	// finishing meanwhile records after the forget (refLocks).
+	unlock := g.refs.lock(ref)
+	defer unlock()
 	if st, serr := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); serr == nil && st.GetImage() == nil {
 		if _, ferr := g.store.Forget(ref); ferr != nil {
 			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", ferr)

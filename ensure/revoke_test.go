@@ -2,8 +2,11 @@ package ensure_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -68,5 +71,55 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 				t.Errorf("after the revoke, the running pod's grant still lets a container in: %v", err)
 			}
 		})
+	}
+}
+
+func TestRemoveImageAndAConcurrentPullNeverLeaveTheImageWithoutItsRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	// Right when RemoveImage has seen the image gone, pod A pulls it again
+	// and the pull finishes; RemoveImage then goes on to forget the record.
+	pulled := make(chan error, 1)
+	var once sync.Once
+	s.node.afterStatus = func(resp *runtimeapi.ImageStatusResponse) {
+		if resp.GetImage() != nil {
+			return
+		}
+		once.Do(func() {
+			recorded := make(chan struct{})
+			go func() {
+				_, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()},
+					func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+						return s.node.PullImage(ctx, req)
+					})
+				close(recorded)
+				pulled <- err
+			}()
+			// Without ordering, the pull records before the forget; with
+			// it, the pull waits for RemoveImage. Either way, go on after
+			// a bounded wait: the outcome is checked below, not the time.
+			select {
+			case <-recorded:
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+	if _, err := s.guard.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.node.RemoveImage); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-pulled; err != nil {
+		t.Fatal(err)
+	}
+	present, _ := s.node.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: refApp}})
+	_, err := s.store.Get(refApp)
+	if present.GetImage() != nil && errors.Is(err, ensure.ErrNotFound) {
+		t.Fatalf("the image is present and its record is gone: it is now preloaded, shown to every pod")
+	}
+	if got := s.start(podB, private, "IfNotPresent"); got == running {
+		t.Errorf("B, with no credentials, runs the image: %s", got)
 	}
 }
