@@ -134,3 +134,30 @@ func echoesToken(a Auth, token string) bool {
 	}
 	return false
 }
+
+// ServiceAccountMayPull reports whether some token provider would run for
+// image with the service account sa now: its matchImages match the image
+// and sa carries every annotation it requires. A pull recorded for a
+// service account may be re-used only while this holds: removing the
+// required annotation (the role) is how operators revoke an account's
+// access, and a provider no longer configured for the image hands out no
+// credential for it (#12). It reads no API and runs no plugin.
+func (in *Injector) ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string) {
+	for _, p := range in.plugins {
+		ta := p.cfg.TokenAttributes
+		if ta == nil || !p.matches(image) {
+			continue
+		}
+		missing := ""
+		for _, k := range ta.RequiredServiceAccountAnnotationKeys {
+			if _, ok := sa.Annotations[k]; !ok {
+				missing = k
+				break
+			}
+		}
+		if missing == "" {
+			return true, "token plugin " + p.cfg.Name + " matches the image and the account carries its required annotations"
+		}
+	}
+	return false, "no token plugin would run for the image with service account " + sa.Namespace + "/" + sa.Name + " now (none matches the image, or a required annotation is gone)"
+}

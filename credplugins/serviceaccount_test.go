@@ -240,3 +240,32 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"R
 		}
 	}
 }
+
+func TestServiceAccountMayPull(t *testing.T) {
+	t.Parallel()
+	src := podtoken.New(podtokentest.API(newFakeAPI().client), "node", podtoken.Options{})
+	in, err := New(&Config{Hash: "h", Providers: []Provider{
+		tokenProvider("ServiceAccount", true, []string{"registry.test/user"}, []string{"registry.test/tenant"}),
+		{Name: "static", MatchImages: []string{"other.test"}, APIVersion: "credentialprovider.kubelet.k8s.io/v1"},
+	}}, Options{Identity: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		image string
+		ann   map[string]string
+		want  bool
+	}{
+		{"an account with the required annotation, for an image the token plugin matches, may pull", "registry.test/team/app", map[string]string{"registry.test/user": "alice"}, true},
+		{"an account whose required annotation was removed may not", "registry.test/team/app", map[string]string{"registry.test/tenant": "a"}, false},
+		{"an image no token plugin matches may not be pulled by an account", "elsewhere.test/team/app", map[string]string{"registry.test/user": "alice"}, false},
+		{"a plugin without token attributes does not count", "other.test/team/app", map[string]string{"registry.test/user": "alice"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, why := in.ServiceAccountMayPull(tc.image, sa("ns", "builder", "uid", tc.ann)); got != tc.want {
+				t.Errorf("got %v (%s), want %v", got, why, tc.want)
+			}
+		})
+	}
+}

@@ -83,6 +83,10 @@ type GuardOptions struct {
 	// image is shown to ImageStatus (and CreateContainer allowed) when the
 	// pods waiting for it are entitled to it.
 	Pods NodePods
+	// Accounts re-checks service-account re-uses against the token plugins
+	// as they are now; nil means none are configured, and a pull recorded
+	// for a service account is then never re-used.
+	Accounts AccountCheck
 }
 
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
@@ -100,12 +104,13 @@ type Guard struct {
 	// pulled with no verified credential (see PullImage).
 	unrecorded *pendingTable
 	// refs order a pull's record against RemoveImage's forget.
-	refs    *refLocks
-	metrics *metrics
-	log     *slog.Logger
-	clock   clock.PassiveClock
-	grace   time.Duration
-	pods    NodePods
+	refs     *refLocks
+	metrics  *metrics
+	log      *slog.Logger
+	clock    clock.PassiveClock
+	grace    time.Duration
+	pods     NodePods
+	accounts AccountCheck
 
 	// names remembers parsed image names (image -> parsedName).
 	names    sync.Map
@@ -132,7 +137,7 @@ func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes
 	g := &Guard{
 		store: store, policy: policy, images: images, sandboxes: sandboxes,
 		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(), refs: newRefLocks(),
-		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods,
+		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts,
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -412,7 +417,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 			// A pull without auth may come from a pod whose service account
 			// was verified (a token plugin behind the proxy).
 			if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
-				check.ServiceAccount = g.podAccount(ctx, kpod)
+				check.ServiceAccount = g.podAccount(ctx, kpod, name)
 			}
 		}
 		if ok, why := g.verified(ref, repo, check); ok {

@@ -26,14 +26,32 @@ type NodePods interface {
 	ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
 }
 
-// podAccount returns the pod's service account coordinates, nil when it
-// has none or they cannot be read.
-func (g *Guard) podAccount(ctx context.Context, pod *corev1.Pod) *ServiceAccount {
+// AccountCheck says whether a pull recorded for a service account may be
+// re-used now; *credplugins.Injector is the real one.
+type AccountCheck interface {
+	// ServiceAccountMayPull reports whether some token plugin would run for
+	// image with sa now: it matches the image and sa carries every
+	// annotation it requires.
+	ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string)
+}
+
+// podAccount returns the pod's service account coordinates when a pull
+// recorded for that account may be re-used for image now: the pod has
+// one, it can be read, and a token plugin would still run for it (see
+// AccountCheck). nil otherwise: re-use by account is then not possible.
+func (g *Guard) podAccount(ctx context.Context, pod *corev1.Pod, image string) *ServiceAccount {
 	if pod.Spec.ServiceAccountName == "" {
 		return nil
 	}
 	sa, err := g.pods.ServiceAccount(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
 	if err != nil {
+		return nil
+	}
+	if g.accounts == nil {
+		return nil
+	}
+	if ok, why := g.accounts.ServiceAccountMayPull(image, sa); !ok {
+		g.logDecision(ctx, "service account re-use not possible", image, "", pod.Namespace+"/"+pod.Name, why)
 		return nil
 	}
 	return &ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)}
@@ -58,7 +76,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 		return true, "accessible to all pods of the node"
 	}
 	if len(c.KubernetesServiceAccounts) > 0 {
-		if sa := g.podAccount(ctx, pod); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
+		if sa := g.podAccount(ctx, pod, repo); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
 			return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
 		}
 	}

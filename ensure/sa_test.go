@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
@@ -34,11 +37,29 @@ func newAPISetup(t *testing.T) *apiSetup {
 	src.Start(ctx)
 	src.WaitForSync(ctx)
 	p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
-	var err error
-	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock, Pods: src}); err != nil {
+	// The token plugins as they are configured now: one for registry.test
+	// that runs only for accounts with the role annotation.
+	require := true
+	plugins, err := credplugins.New(&credplugins.Config{Hash: "h", Providers: []credplugins.Provider{{
+		Name: "tp", MatchImages: []string{"registry.test"}, APIVersion: "credentialprovider.kubelet.k8s.io/v1",
+		TokenAttributes: &credplugins.TokenAttributes{ServiceAccountTokenAudience: "registry.test", CacheType: "ServiceAccount",
+			RequireServiceAccount: &require, RequiredServiceAccountAnnotationKeys: []string{roleAnnotation}},
+	}}}, credplugins.Options{Identity: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins}); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// roleAnnotation is the annotation the token plugin requires: removing it
+// is how an operator revokes an account's access.
+const roleAnnotation = "registry.test/role"
+
+func account(ns, name, uid string) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), Annotations: map[string]string{roleAnnotation: "puller"}}}
 }
 
 func (s *apiSetup) create(t *testing.T, objs ...any) {
@@ -153,8 +174,7 @@ func TestServiceAccountRecords(t *testing.T) {
 	ctx := context.Background()
 	s := newAPISetup(t)
 	s.create(t,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "builder", UID: "sa-1"}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "builder", UID: "sa-2"}},
+		account("a", "builder", "sa-1"), account("b", "builder", "sa-2"),
 		policyPod("a", "p1", "uid-p1", "builder", private, corev1.PullIfNotPresent), policyPod("a", "p2", "uid-p2", "builder", private, corev1.PullIfNotPresent),
 		policyPod("b", "q1", "uid-q1", "builder", private, corev1.PullIfNotPresent))
 	// The injector behind the guard pulls with a token plugin's credential
@@ -193,9 +213,26 @@ func TestServiceAccountRecords(t *testing.T) {
 			t.Errorf("%d registry requests, %v", n, err)
 		}
 	})
+	t.Run("an account whose role annotation was removed verifies again, and its pods are no longer entitled", func(t *testing.T) {
+		sa := account("b", "builder", "sa-2")
+		delete(sa.Annotations, roleAnnotation)
+		if _, err := s.client.CoreV1().ServiceAccounts("b").Update(ctx, sa, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.create(t, policyPod("b", "q2", "uid-q2", "builder", private, corev1.PullIfNotPresent), policyPod("b", "q3", "uid-q3", "builder", private, corev1.PullNever))
+		if n, _ := pull("b", "q2", "uid-q2"); n != 1 {
+			t.Errorf("%d registry requests, want 1: the recorded account was re-used without its role", n)
+		}
+		_, err := s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: refApp, UserSpecifiedImage: private}},
+			SandboxConfig: sandbox("b", "q3", "uid-q3")}, s.node.CreateContainer)
+		if status.Code(toStatus(err)) != codes.PermissionDenied {
+			t.Errorf("a pod of the account without its role was let in as entitled: %v", err)
+		}
+	})
 	t.Run("a re-created service account (new UID) verifies again", func(t *testing.T) {
 		s.client.CoreV1().ServiceAccounts("a").Delete(ctx, "builder", metav1.DeleteOptions{})
-		s.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "builder", UID: "sa-1-new"}})
+		s.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "builder", UID: "sa-1-new", Annotations: map[string]string{roleAnnotation: "puller"}}})
 		if n, _ := pull("a", "p2", "uid-p2"); n != 1 {
 			t.Errorf("%d registry requests, want 1", n)
 		}

@@ -204,19 +204,23 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 			return err
 		}
 	}
+	// accounts re-checks service-account re-uses against the token plugins
+	// (nil without plugins: such a re-use is then never made).
+	var accounts ensure.AccountCheck
 	if cp := cfg.CredentialProviders; cp != nil {
 		injector, err := newInjector(cp, identity, log, reg)
 		if err != nil {
 			return err
 		}
 		hooks = append(hooks, injector)
+		accounts = injector
 		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
 		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
 	}
 	var admin *http.Server
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		guard, store, err := newGuard(ctx, e, backend, identity, log, reg)
+		guard, store, err := newGuard(ctx, e, backend, identity, accounts, log, reg)
 		if err != nil {
 			return err
 		}
@@ -356,7 +360,7 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 // newGuard opens the records database and builds the ensure hooks, after
 // settling the pull intents a crash left (retried in the background while
 // the runtime does not answer; their images need verification meanwhile).
-func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, log *slog.Logger, reg prometheus.Registerer) (*ensure.Guard, *ensure.Store, error) {
+func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (*ensure.Guard, *ensure.Store, error) {
 	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
 	if err != nil {
 		return nil, nil, err
@@ -365,7 +369,7 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration}
+	opts := ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration, Accounts: accounts}
 	if identity != nil {
 		opts.Pods = identity
 	}
