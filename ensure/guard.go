@@ -412,15 +412,16 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	pod := req.GetSandboxConfig().GetMetadata()
 
 	if ref, hidden := g.hidden.peek(name, g.clock.Now()); hidden {
-		check := cred
-		if check.Hash == "" && g.pods != nil && pod.GetUid() != "" {
-			// A pull without auth may come from a pod whose service account
-			// was verified (a token plugin behind the proxy).
+		ok, why := g.verified(ref, repo, cred)
+		if !ok && g.pods != nil && pod.GetUid() != "" {
+			// As the kubelet's MustAttemptImagePull: the pod may be entitled
+			// by another of its pull secrets (rotated included), or by its
+			// service account (a token plugin behind the proxy).
 			if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
-				check.ServiceAccount = g.podAccount(ctx, kpod, name)
+				ok, why = g.entitled(ctx, kpod, ref, repo)
 			}
 		}
-		if ok, why := g.verified(ref, repo, check); ok {
+		if ok {
 			g.hidden.take(name)
 			g.grants.grant(pod.GetUid(), ref, g.clock.Now())
 			g.metrics.reuses.Inc()
@@ -457,6 +458,9 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 			// pod of the node could pull it the same way.
 			cred.Node = true
 		}
+	}
+	if cred.Hash != "" {
+		cred.Secret = g.secretOf(ctx, pod, repo, cred.Hash)
 	}
 	ref := g.imageID(ctx, name, resp.GetImageRef())
 	unlock := g.refs.lock(ref)

@@ -86,7 +86,14 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	for _, ref := range pod.Spec.ImagePullSecrets {
 		sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name)
 		if err != nil {
-			continue
+			continue // a deleted secret entitles nobody
+		}
+		coords := kubeletSecret{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
+		if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return sameSecret(s, coords) }) {
+			// The kubelet's deliberate choice for rotated secrets: the same
+			// secret (namespace, name and UID) with new content still
+			// entitles its pods.
+			return true, "its pull secret " + pod.Namespace + "/" + ref.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
 		}
 		for _, a := range secretCredentials(sec, repo) {
 			h := g.store.HashAuth(a)
@@ -96,6 +103,31 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 		}
 	}
 	return false, ""
+}
+
+// secretOf returns the coordinates of the pod's pull secret whose
+// credential for repo hashes to hash, nil when there is no API, no pod or
+// no such secret (the record then holds the hash alone).
+func (g *Guard) secretOf(ctx context.Context, meta *runtimeapi.PodSandboxMetadata, repo, hash string) *SecretRef {
+	if g.pods == nil || meta.GetUid() == "" {
+		return nil
+	}
+	pod, err := g.pods.Pod(ctx, meta.GetNamespace(), meta.GetName(), meta.GetUid())
+	if err != nil {
+		return nil
+	}
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name)
+		if err != nil {
+			continue
+		}
+		for _, a := range secretCredentials(sec, repo) {
+			if g.store.HashAuth(a) == hash {
+				return &SecretRef{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
+			}
+		}
+	}
+	return nil
 }
 
 // secretCredentials returns the credentials of a docker config secret

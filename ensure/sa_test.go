@@ -3,6 +3,7 @@ package ensure_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,9 @@ type apiSetup struct {
 func newAPISetup(t *testing.T) *apiSetup {
 	t.Helper()
 	s := &apiSetup{setup: newSetup(t, ensure.NeverVerifyPreloadedImages), client: fake.NewClientset()}
-	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{})
+	// Pull secrets are read again on every check: a test sees a rotation or a
+	// deletion at once (the daemon caches them for a few seconds).
+	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{SecretTTL: time.Nanosecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	src.Start(ctx)
@@ -48,7 +51,8 @@ func newAPISetup(t *testing.T) *apiSetup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins}); err != nil {
+	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins,
+		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -235,6 +239,60 @@ func TestServiceAccountRecords(t *testing.T) {
 		s.create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "builder", UID: "sa-1-new", Annotations: map[string]string{roleAnnotation: "puller"}}})
 		if n, _ := pull("a", "p2", "uid-p2"); n != 1 {
 			t.Errorf("%d registry requests, want 1", n)
+		}
+	})
+}
+
+func TestRotatedPullSecretKeepsReuseAndADeletedOneDoesNot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newAPISetup(t)
+	s.node.serve(private, refApp, "alice:rotated-pw")
+	secret := pullSecret("ns", "regcred", "registry.test", "alice:a-pw")
+	secret.UID = "secret-uid-1"
+	s.create(t, secret, policyPod("ns", "pod-a1", "a1", "", private, corev1.PullIfNotPresent, "regcred"))
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	rec, err := s.store.Get(refApp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secs := rec.CredentialMapping["registry.test/team-a/app"].KubernetesSecrets; len(secs) != 1 || secs[0].UID != "secret-uid-1" || secs[0].Namespace != "ns" || secs[0].Name != "regcred" {
+		t.Fatalf("the record does not name the secret the credential came from: %+v", secs)
+	}
+
+	// The namespace's owner rotates the secret: same namespace, name and UID,
+	// new password.
+	rotated := pullSecret("ns", "regcred", "registry.test", "alice:rotated-pw")
+	rotated.UID = "secret-uid-1"
+	if _, err := s.client.CoreV1().Secrets("ns").Update(ctx, rotated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podRotated := pod{uid: "a5", creds: []*runtimeapi.AuthConfig{cred("alice:rotated-pw")}}
+	s.create(t, policyPod("ns", "pod-a5", "a5", "", private, corev1.PullIfNotPresent, "regcred"),
+		policyPod("ns", "pod-a6", "a6", "", private, corev1.PullNever, "regcred"))
+	t.Run("a pod of the rotated secret re-uses the image with no registry request", func(t *testing.T) {
+		before := s.node.registryRequests()
+		if got := s.start(podRotated, private, "IfNotPresent"); got != running {
+			t.Errorf("got %s", got)
+		}
+		if n := s.node.registryRequests() - before; n != 0 {
+			t.Errorf("%d registry requests, want 0", n)
+		}
+	})
+	t.Run("a Never pod of the rotated secret sees the image and starts", func(t *testing.T) {
+		if got := s.start(pod{uid: "a6"}, private, "Never"); got != running {
+			t.Errorf("got %s", got)
+		}
+	})
+	t.Run("once the secret is deleted, its pods are no longer entitled", func(t *testing.T) {
+		if err := s.client.CoreV1().Secrets("ns").Delete(ctx, "regcred", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s.create(t, policyPod("ns", "pod-a7", "a7", "", private, corev1.PullNever, "regcred"))
+		if got := s.start(pod{uid: "a7"}, private, "Never"); got != errNeverPull {
+			t.Errorf("got %s, want %s\n%s", got, errNeverPull, s.log.String())
 		}
 	})
 }

@@ -39,9 +39,18 @@ type ServiceAccount = kubeletconfigv1beta1.ImagePullServiceAccount
 // node-wide plugin credentials), which makes the repository of the image
 // accessible to every pod on the node.
 type Credential struct {
-	Hash           string
+	Hash string
+	// Secret names the pull secret the credential came from, when it is
+	// known (with the Kubernetes API): a rotated secret (same coordinates,
+	// new content) keeps its pods' re-use, as in the kubelet.
+	Secret         *SecretRef
 	ServiceAccount *ServiceAccount
 	Node           bool
+}
+
+// SecretRef is a pull secret's coordinates.
+type SecretRef struct {
+	Namespace, Name, UID string
 }
 
 // Limits of a record, as the kubelet's writeRecordWhileMatchingLimit: a
@@ -287,7 +296,7 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 				d.replace(old, nil)
 			}
 		}
-		addCredential(r, repo, cred)
+		MergeCredential(r, repo, cred)
 		d.replace(nil, r)
 		r.LastUpdatedTime = metav1.NewTime(now)
 		data, err := encodeRecord(r)
@@ -306,10 +315,14 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 	})
 }
 
-// addCredential merges cred into r's mapping for repo. A zero Credential
-// still creates the mapping: the image was pulled for repo, by someone
-// unknown, and every pod must verify.
-func addCredential(r *Record, repo string, cred Credential) {
+// MergeCredential merges cred into r's mapping for repo, as the kubelet
+// does (writeRecordWhileMatchingLimit): a zero Credential still creates the
+// mapping (the image was pulled for repo, by someone unknown, and every pod
+// must verify); a secret already listed under its coordinates with another
+// hash is a rotated secret, whose entry takes the new hash; nothing is
+// added past maxCredentialsPerRepository. Stores call it; it is exported
+// for other implementations of RecordStore.
+func MergeCredential(r *Record, repo string, cred Credential) {
 	if r.CredentialMapping == nil {
 		r.CredentialMapping = map[string]kubeletconfigv1beta1.ImagePullCredentials{}
 	}
@@ -318,10 +331,7 @@ func addCredential(r *Record, repo string, cred Credential) {
 	case cred.Node:
 		c.NodePodsAccessible = true
 	case cred.Hash != "":
-		if !slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletconfigv1beta1.ImagePullSecret) bool { return s.CredentialHash == cred.Hash }) &&
-			len(c.KubernetesSecrets) < maxCredentialsPerRepository {
-			c.KubernetesSecrets = append(c.KubernetesSecrets, kubeletconfigv1beta1.ImagePullSecret{CredentialHash: cred.Hash})
-		}
+		c.KubernetesSecrets = mergeSecret(c.KubernetesSecrets, cred)
 	case cred.ServiceAccount != nil:
 		if !slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount) &&
 			len(c.KubernetesServiceAccounts) < maxCredentialsPerRepository {
@@ -329,6 +339,32 @@ func addCredential(r *Record, repo string, cred Credential) {
 		}
 	}
 	r.CredentialMapping[repo] = c
+}
+
+func mergeSecret(secrets []kubeletSecret, cred Credential) []kubeletSecret {
+	entry := kubeletSecret{CredentialHash: cred.Hash}
+	if s := cred.Secret; s != nil {
+		entry.Namespace, entry.Name, entry.UID = s.Namespace, s.Name, s.UID
+	}
+	for i, s := range secrets {
+		switch {
+		case s.CredentialHash == cred.Hash && (s.UID != "" || cred.Secret == nil):
+			return secrets // known
+		case s.CredentialHash == cred.Hash, cred.Secret != nil && sameSecret(s, entry):
+			// Known by hash, now with its coordinates; or the same secret
+			// with new content (rotated): the entry takes the new hash.
+			secrets[i] = entry
+			return secrets
+		}
+	}
+	if len(secrets) >= maxCredentialsPerRepository {
+		return secrets
+	}
+	return append(secrets, entry)
+}
+
+func sameSecret(a, b kubeletSecret) bool {
+	return a.UID != "" && a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name
 }
 
 // Forget deletes the record of imageRef; it reports whether there was one.

@@ -126,20 +126,7 @@ func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, inten
 		r = &ensure.Record{ImageRef: ref, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
 		m.records[ref] = r
 	}
-	c := r.CredentialMapping[repo]
-	switch {
-	case cred.Node:
-		c.NodePodsAccessible = true
-	case cred.Hash != "":
-		if !slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletconfigv1beta1.ImagePullSecret) bool { return s.CredentialHash == cred.Hash }) && len(c.KubernetesSecrets) < 100 {
-			c.KubernetesSecrets = append(c.KubernetesSecrets, kubeletconfigv1beta1.ImagePullSecret{CredentialHash: cred.Hash})
-		}
-	case cred.ServiceAccount != nil:
-		if !slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount) && len(c.KubernetesServiceAccounts) < 100 {
-			c.KubernetesServiceAccounts = append(c.KubernetesServiceAccounts, *cred.ServiceAccount)
-		}
-	}
-	r.CredentialMapping[repo] = c
+	ensure.MergeCredential(r, repo, cred)
 	r.LastUpdatedTime = metav1.NewTime(now)
 	delete(m.intents, intentID)
 	return nil
