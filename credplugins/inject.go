@@ -16,21 +16,35 @@ import (
 
 var _ criproxy.PullImageHook = (*Injector)(nil)
 
-// PullImage completes a pull that carries no credentials. A request with
-// its own auth (the kubelet's pull secrets, crictl --creds) is forwarded as
-// it is. Otherwise the candidates of Lookup are tried in order, username and
-// password only, server_address left empty (containerd drops or rejects an
-// auth whose address is not the host it contacts, mirrors included), until
-// one succeeds. With no candidate the pull goes ahead anonymously. When every
-// candidate fails, the error lists what was tried, never a secret, and
-// carries the runtime's last status code.
+// PullImage completes a pull with the configured plugins' credentials. A
+// request with its own auth (the kubelet's pull secrets, crictl --creds) is
+// forwarded as it is first; when the registry refuses it, the plugins'
+// candidates for the image follow, as in the kubelet, whose keyring tries
+// the pod's secrets and then the node's credentials (the plugins, which the
+// proxy runs in its place). A request without auth goes to the candidates
+// of Lookup directly. Candidates are tried in order, username and password
+// only, server_address left empty (containerd drops or rejects an auth
+// whose address is not the host it contacts, mirrors included), until one
+// succeeds, which is reported (criproxy.ReportPullCredential) so that the
+// record holds the credential that succeeded. With no candidate, a request
+// with auth gets the runtime's own error, one without is pulled
+// anonymously. When every try fails, the error lists what was tried, never
+// a secret, and carries the runtime's last status code.
 func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+	var own error // the request's own credential failed with it
 	if hasAuth(req.GetAuth()) {
-		in.metrics.pulls.WithLabelValues("request_auth").Inc()
-		return next(ctx, req)
+		resp, err := next(ctx, req)
+		if err == nil || ctx.Err() != nil {
+			in.metrics.pulls.WithLabelValues("request_auth").Inc()
+			return resp, err
+		}
+		own = err
 	}
 	image, ok := Repository(req.GetImage().GetImage())
 	if !ok {
+		if own != nil {
+			return nil, own
+		}
 		return next(ctx, req) // not a name we can match; the runtime will say why
 	}
 	var pod *PodRef
@@ -39,10 +53,14 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 	}
 	cands, _, failed := in.Lookup(ctx, image, pod)
 	if len(cands) == 0 {
+		if own != nil {
+			in.metrics.pulls.WithLabelValues("failed").Inc()
+			return nil, own
+		}
 		resp, err := next(ctx, req)
 		if err != nil && len(failed) > 0 {
 			in.metrics.pulls.WithLabelValues("failed").Inc()
-			return nil, pullError(err, req.GetImage().GetImage(), nil, failed)
+			return nil, pullError(err, req.GetImage().GetImage(), nil, nil, failed)
 		}
 		in.metrics.pulls.WithLabelValues("anonymous").Inc()
 		return resp, err
@@ -58,9 +76,13 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		resp, err := next(ctx, r)
 		if err == nil {
 			criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: c.Provider, ServiceAccount: c.ServiceAccount})
-			in.metrics.pulls.WithLabelValues("injected").Inc()
+			result := "injected"
+			if own != nil {
+				result = "request_auth_fallback"
+			}
+			in.metrics.pulls.WithLabelValues(result).Inc()
 			in.log.Debug("pulled with a credential provider's credential", "image", req.GetImage().GetImage(),
-				"plugin", c.Provider, "key", c.Key, "tries", len(tried)+1)
+				"plugin", c.Provider, "key", c.Key, "tries", len(tried)+1, "afterTheRequestsOwn", own != nil)
 			return resp, nil
 		}
 		tried = append(tried, attempt{Candidate: c, err: err})
@@ -69,7 +91,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		}
 	}
 	in.metrics.pulls.WithLabelValues("failed").Inc()
-	return nil, pullError(tried[len(tried)-1].err, req.GetImage().GetImage(), tried, failed)
+	return nil, pullError(tried[len(tried)-1].err, req.GetImage().GetImage(), own, tried, failed)
 }
 
 // attempt is one failed try.
@@ -80,9 +102,12 @@ type attempt struct {
 
 // pullError keeps the runtime's last status code and lists what was tried:
 // provider, key and the runtime's message, never a username or password.
-func pullError(last error, image string, tried []attempt, failed []ProviderError) error {
+func pullError(last error, image string, own error, tried []attempt, failed []ProviderError) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pulling %s with credentials from credential provider plugins failed:", image)
+	if own != nil {
+		fmt.Fprintf(&b, " [0] the request's own credential: %s;", status.Convert(own).Message())
+	}
 	for i, t := range tried {
 		fmt.Fprintf(&b, " [%d] plugin %s, key %q: %s;", i+1, t.Provider, t.Key, status.Convert(t.err).Message())
 	}

@@ -61,6 +61,31 @@ func TestPullImageHook(t *testing.T) {
 			wantTries: []string{"kubelet:secret"},
 		},
 		{
+			name:      "a request whose own auth the registry refuses falls back to the provider's credential, as the kubelet's keyring does",
+			runner:    answer(map[string]credentialproviderapi.AuthConfig{"registry.test": {Username: "u", Password: "good"}}),
+			req:       pull("registry.test/team/app:v1", &runtimeapi.AuthConfig{Username: "kubelet", Password: "wrong-s3cret"}),
+			valid:     map[string]bool{"u:good": true},
+			wantTries: []string{"kubelet:wrong-s3cret", "u:good"},
+		},
+		{
+			name:        "a refused request auth with no provider for the image gets the runtime's own error, no anonymous try",
+			runner:      answer(map[string]credentialproviderapi.AuthConfig{"registry.test": {Username: "u", Password: "good"}}),
+			req:         pull("public.test/app:v1", &runtimeapi.AuthConfig{Username: "kubelet", Password: "wrong-s3cret"}),
+			valid:       map[string]bool{":": true},
+			wantTries:   []string{"kubelet:wrong-s3cret"},
+			wantCode:    codes.Unknown,
+			wantInError: []string{"401 Unauthorized"},
+		},
+		{
+			name:        "when the request's auth and every candidate fail, the error lists them all",
+			runner:      answer(map[string]credentialproviderapi.AuthConfig{"registry.test": {Username: "u", Password: "stale-s3cret"}}),
+			req:         pull("registry.test/team/app:v1", &runtimeapi.AuthConfig{Username: "kubelet", Password: "wrong-s3cret"}),
+			valid:       map[string]bool{},
+			wantTries:   []string{"kubelet:wrong-s3cret", "u:stale-s3cret"},
+			wantCode:    codes.Unknown,
+			wantInError: []string{"[0] the request's own credential: failed to pull", `[1] plugin p, key "registry.test"`},
+		},
+		{
 			name:      "an image no provider matches is pulled anonymously",
 			runner:    answer(map[string]credentialproviderapi.AuthConfig{"registry.test": {Username: "u", Password: "good"}}),
 			req:       pull("public.test/app:v1", nil),
@@ -113,9 +138,10 @@ func TestPullImageHook(t *testing.T) {
 				t.Errorf("ref %q", resp.ImageRef)
 			}
 			var tries []string
-			for _, r := range reg.seen {
+			for i, r := range reg.seen {
 				tries = append(tries, r.GetAuth().GetUsername()+":"+r.GetAuth().GetPassword())
-				if a := r.GetAuth(); a != nil && !hasAuth(orig.Auth) && (a.ServerAddress != "" || a.Auth != "" || a.IdentityToken != "") {
+				injected := !hasAuth(orig.Auth) || i > 0
+				if a := r.GetAuth(); a != nil && injected && (a.ServerAddress != "" || a.Auth != "" || a.IdentityToken != "") {
 					t.Errorf("injected auth carries more than username and password: %v", a)
 				}
 				if !proto.Equal(r.Image, orig.Image) || !proto.Equal(r.SandboxConfig, orig.SandboxConfig) {
@@ -128,8 +154,8 @@ func TestPullImageHook(t *testing.T) {
 			if diff := cmp.Diff(orig, tc.req, protocmp.Transform()); diff != "" {
 				t.Errorf("the caller's request was modified:\n%s", diff)
 			}
-			if hasAuth(orig.Auth) && tc.runner.runs.Load() != 0 {
-				t.Errorf("the plugin ran for a request with its own auth")
+			if hasAuth(orig.Auth) && err == nil && len(tries) == 1 && tc.runner.runs.Load() != 0 {
+				t.Errorf("the plugin ran for a request whose own auth succeeded")
 			}
 			for _, w := range tc.wantInError {
 				if !strings.Contains(status.Convert(err).Message(), w) {

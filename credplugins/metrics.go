@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, configHash string, entries func(plugi
 		}, []string{"plugin"}),
 		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "credential_injection", Name: "pulls_total",
-			Help: "PullImage calls seen by credential injection, by result: request_auth (the request carried credentials: forwarded as is), anonymous (no provider had credentials), injected (pulled with a provider's credential), failed (every candidate failed).",
+			Help: "PullImage calls seen by credential injection, by result: request_auth (pulled with the request's own credentials), request_auth_fallback (the registry refused the request's credentials, a provider's were accepted), anonymous (no provider had credentials), injected (pulled with a provider's credential), failed (every candidate failed).",
 		}, []string{"result"}),
 	}
 	if reg == nil {

@@ -158,6 +158,14 @@ func TestCredentialInjection(t *testing.T) {
 		}
 	})
 
+	t.Run("a request whose own credentials the registry refuses falls back to the plugin's, as the kubelet's keyring does", func(t *testing.T) {
+		crictl(t, direct(), "rmi", img)
+		if res := crictl(t, direct(), "pull", "--creds", "bob:not-"+rig.Users["bob"], img); res.Err == nil {
+			t.Fatal("the registry accepted a wrong password")
+		}
+		mustCrictl(t, ep, "pull", "--creds", "bob:not-"+rig.Users["bob"], img)
+	})
+
 	t.Run("plugins test shows the candidates and usernames, never passwords", func(t *testing.T) {
 		out, err := exec.Command(proxyBin, "plugins", "test", img,
 			"--image-credential-provider-config", good.config, "--image-credential-provider-bin-dir", good.binDir).CombinedOutput()

@@ -119,8 +119,9 @@ type Guard struct {
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
 	// flight, so their images are not taken for preloaded ones.
-	leftoverMu sync.Mutex
-	leftover   []Intent
+	leftoverMu    sync.Mutex
+	leftover      []Intent
+	leftoverCount atomic.Int64
 }
 
 var (
@@ -162,7 +163,7 @@ func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes
 			g.pending.inc(repo)
 		}
 	}
-	g.leftover = leftover
+	g.setLeftover(leftover)
 	g.metrics, err = newMetrics(opts.Registerer, func() (int, int) {
 		r, i, err := store.Counts()
 		if err != nil {
@@ -445,19 +446,27 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		if derr := g.store.DropIntent(intent); derr != nil {
 			g.log.Warn("dropping a pull intent failed; it will be dropped at start", "image", name, "err", derr)
 		}
+		if g.hasLeftover() {
+			g.settlePulled(name)
+		}
 		return nil, err
 	}
 	g.metrics.pulls.WithLabelValues("success").Inc()
 	g.hidden.take(name)
-	if cred.Hash == "" {
-		if r, ok := reported(); ok && r.ServiceAccount != nil {
+	// The record holds the credential that succeeded: a plugin's, when an
+	// inner hook reports one (the request had none, or the registry refused
+	// the request's own), else the request's.
+	if r, ok := reported(); ok {
+		if r.ServiceAccount != nil {
 			// A token plugin pulled it with the pod's service account.
-			cred.ServiceAccount = &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}
+			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}}
 		} else {
-			// Anonymous, or credentials injected from node-wide plugins: every
-			// pod of the node could pull it the same way.
-			cred.Node = true
+			// Node-wide plugin credentials: every pod of the node could pull
+			// it the same way.
+			cred = Credential{Node: true}
 		}
+	} else if cred.Hash == "" {
+		cred.Node = true // anonymous
 	}
 	if cred.Hash != "" {
 		cred.Secret = g.secretOf(ctx, pod, repo, cred.Hash)
@@ -477,6 +486,9 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 			"image", name, "imageRef", ref, "err", err)
 	}
 	g.grants.grant(pod.GetUid(), ref, g.clock.Now())
+	if g.hasLeftover() {
+		g.settlePulled(name)
+	}
 	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", name, ref, podName(pod), describe(cred))
 	return resp, nil
 }

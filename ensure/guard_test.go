@@ -428,12 +428,47 @@ func TestRecordsAndIntents(t *testing.T) {
 			t.Errorf("after the crash a Never pod without credentials got %s", got)
 		}
 	})
-	t.Run("an intent for an image that never arrived is dropped", func(t *testing.T) {
+	t.Run("an intent whose image is not listed is kept: the image, appearing later, needs verification", func(t *testing.T) {
 		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-		s.store.AddIntent("registry.test/never/arrived:v1")
+		s.store.AddIntent(private)
 		s.restart(t, ensure.NeverVerifyPreloadedImages)
-		if n, d, _ := s.guard.Recover(ctx); n != 0 || d != 1 {
-			t.Errorf("Recover = %d converted, %d dropped", n, d)
+		if n, k, err := s.guard.Recover(ctx); n != 0 || k != 1 || err != nil {
+			t.Fatalf("Recover = %d converted, %d kept, %v", n, k, err)
+		}
+		// The runtime lists it only now (it was slow, or the pull finished
+		// after the proxy's restart).
+		s.node.preload(private, refApp)
+		if got := s.start(podB, private, "Never"); got != errNeverPull {
+			t.Errorf("a Never pod without credentials got %s: the kept intent's image was taken for a preloaded one", got)
+		}
+		if _, _, err := s.guard.GC(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r, i, _ := s.store.Counts(); r != 1 || i != 0 {
+			t.Errorf("after GC found the image: %d records, %d intents; want the intent turned into a record", r, i)
+		}
+		if got := s.start(podB, private, "Never"); got != errNeverPull {
+			t.Errorf("after GC settled it, a Never pod without credentials got %s", got)
+		}
+	})
+	t.Run("a kept intent is settled by a pull of its image through the proxy", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.store.AddIntent(private)
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.guard.Recover(ctx)
+		if got := s.start(podA, private, "IfNotPresent"); got != running {
+			t.Fatalf("A: %s", got)
+		}
+		if r, i, _ := s.store.Counts(); r != 1 || i != 0 {
+			t.Errorf("%d records, %d intents; want A's record and no intent", r, i)
+		}
+	})
+	t.Run("an intent whose name is no reference protects nothing and is dropped", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.store.AddIntent("Not A Reference")
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		if n, k, err := s.guard.Recover(ctx); n != 0 || k != 0 || err != nil {
+			t.Errorf("Recover = %d converted, %d kept, %v", n, k, err)
 		}
 	})
 	t.Run("records survive a restart; grants do not, which costs a pull from the node, not the registry", func(t *testing.T) {

@@ -11,12 +11,15 @@ import (
 )
 
 // Recover settles the intents a crash left behind (those found when the
-// guard was made), as the kubelet does at start: an intent whose image is
-// present becomes a record with no credential for its repository (every
-// pod must verify), any other intent is dropped. Until it succeeds, their
-// repositories count as pulls in flight. Call it before serving, and again
-// if it fails.
-func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error) {
+// guard was made), as the kubelet does at start: an intent whose image the
+// runtime lists becomes a record with no credential for its repository
+// (every pod must verify). An intent it cannot match is kept, on disk and
+// in memory, and its repository keeps counting as a pull in flight (its
+// images are never taken for preloaded ones) until it is settled: by a
+// later GC run that finds its image, or by a pull of the same image through
+// the proxy. Only an intent whose name is no reference is dropped: it
+// names nothing to protect. Call it before serving, and again if it fails.
+func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 	g.leftoverMu.Lock()
 	defer g.leftoverMu.Unlock()
 	if len(g.leftover) == 0 {
@@ -24,10 +27,16 @@ func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error)
 	}
 	list, err := g.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
-		return 0, 0, fmt.Errorf("settling %d pull intents: list images: %w", len(g.leftover), err)
+		return 0, len(g.leftover), fmt.Errorf("settling %d pull intents: list images: %w", len(g.leftover), err)
 	}
+	return g.settleLocked(list.GetImages())
+}
+
+// settleLocked converts the leftover intents whose image is in images and
+// keeps the others. g.leftoverMu is held.
+func (g *Guard) settleLocked(images []*runtimeapi.Image) (converted, kept int, err error) {
 	byName := map[string]string{} // normalized reference -> image ID
-	for _, img := range list.GetImages() {
+	for _, img := range images {
 		for _, refs := range [][]string{img.GetRepoTags(), img.GetRepoDigests()} {
 			for _, r := range refs {
 				if n, ok := normalizedRef(r); ok {
@@ -36,29 +45,72 @@ func (g *Guard) Recover(ctx context.Context) (converted, dropped int, err error)
 			}
 		}
 	}
-	for len(g.leftover) > 0 {
-		in := g.leftover[0]
+	var keep []Intent
+	for i, in := range g.leftover {
 		ref := listedID(byName, in.Image)
 		repo, _ := Repository(in.Image)
-		if ref == "" || repo == "" {
-			if err := g.store.DropIntent(in.ID); err != nil {
-				return converted, dropped, err
+		switch {
+		case repo == "":
+			err = g.store.DropIntent(in.ID)
+		case ref == "":
+			keep = append(keep, in)
+			continue
+		default:
+			err = g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now())
+			if err == nil {
+				g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
+				converted++
 			}
-			dropped++
-		} else {
-			if err := g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now()); err != nil {
-				return converted, dropped, err
-			}
-			g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
-			converted++
+		}
+		if err != nil {
+			g.setLeftover(append(keep, g.leftover[i:]...))
+			return converted, len(g.leftover), err
 		}
 		if repo != "" {
 			g.pending.dec(repo)
 		}
-		g.leftover = g.leftover[1:]
 	}
-	return converted, dropped, nil
+	g.setLeftover(keep)
+	return converted, len(keep), nil
 }
+
+// settlePulled settles the leftover intents of image once a pull of it
+// through the proxy ended: on success its own record replaced them; on
+// failure the image is still not on the node (it was not there at the
+// last settle either), so they protect nothing.
+func (g *Guard) settlePulled(image string) {
+	name, ok := normalizedRef(image)
+	if !ok {
+		return
+	}
+	g.leftoverMu.Lock()
+	defer g.leftoverMu.Unlock()
+	keep := g.leftover[:0:0]
+	for _, in := range g.leftover {
+		if n, _ := normalizedRef(in.Image); n != name {
+			keep = append(keep, in)
+			continue
+		}
+		if err := g.store.DropIntent(in.ID); err != nil {
+			keep = append(keep, in)
+			continue
+		}
+		if repo, ok := Repository(in.Image); ok {
+			g.pending.dec(repo)
+		}
+	}
+	g.setLeftover(keep)
+}
+
+// setLeftover replaces the leftover intents; g.leftoverMu is held.
+func (g *Guard) setLeftover(in []Intent) {
+	g.leftover = in
+	g.leftoverCount.Store(int64(len(in)))
+}
+
+// hasLeftover reports, without a lock when there is none, whether intents
+// a crash left are still unsettled.
+func (g *Guard) hasLeftover() bool { return g.leftoverCount.Load() > 0 }
 
 // listedID finds the image an intent names in the runtime's list (by
 // normalized reference): by the intent's full reference or, when it has a
@@ -99,6 +151,15 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("gc: list images: %w", err)
 	}
+	g.leftoverMu.Lock()
+	if len(g.leftover) > 0 {
+		if c, k, err := g.settleLocked(list.GetImages()); err != nil {
+			g.log.Warn("settling kept pull intents failed; they stay", "err", err)
+		} else if c > 0 {
+			g.log.Info("settled kept pull intents", "toRecords", c, "kept", k)
+		}
+	}
+	g.leftoverMu.Unlock()
 	present := map[string]bool{}
 	for _, img := range list.GetImages() {
 		present[img.GetId()] = true

@@ -382,9 +382,10 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 	settle := func() error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		n, d, err := guard.Recover(rctx)
-		if n+d > 0 {
-			log.Info("settled the pull intents of an interrupted run", "toRecords", n, "dropped", d)
+		n, k, err := guard.Recover(rctx)
+		if n+k > 0 && err == nil {
+			log.Info("settled the pull intents of an interrupted run; those whose image is not on the node are kept until it is, or it is pulled again",
+				"toRecords", n, "kept", k)
 		}
 		return err
 	}
