@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -122,7 +123,7 @@ type nodeEnv struct {
 	// Images, pushed for this variant only (so that no kubelet has seen
 	// them): private needs credentials; public is the same storage through
 	// the anonymous registry.
-	private, public, byPlugin, bySA, kill, moving string
+	private, public, byPlugin, bySA, kill, full, moving string
 }
 
 func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *nodeResults) {
@@ -143,6 +144,9 @@ func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *node
 		{"10. B's image volume of A's image, no secret: ErrImagePull; Never: ErrImageNeverPull; never started", e.scenarioVolumeNoSecret},
 		{"11. B's image volume with its own valid secret: Running, then re-used with no registry request", e.scenarioVolumeOwnSecret},
 		{"12. crictl create with an image mount of a hidden image: refused", e.scenarioVolumeCrictl},
+		{"13. the token plugin's required annotation removed from A's account: its new pod must pull, and cannot", e.scenarioRoleRemoved},
+		{"14. A's pull secret rotated (same secret, new password): Running with no registry request", e.scenarioRotatedSecret},
+		{"15. the database full: A's record cannot be written; B's pods never run", e.scenarioFullDatabase},
 	} {
 		skipped := false
 		ok := t.Run(sc.name, func(t *testing.T) {
@@ -194,6 +198,7 @@ func newNodeEnv(t *testing.T, k *rig.Kube, v kubeletVariant) *nodeEnv {
 	e.byPlugin = push(repo + "/byplugin/app:v1")
 	e.bySA = push(repo + "/bysa/app:v1")
 	e.kill = push(repo + "/kill/app:v1")
+	e.full = push(repo + "/full/app:v1")
 	e.moving = testRig.Registry + "/" + repo + "/moving:latest"
 
 	e.plugins = nodePlugins(t, testRig.Registry+"/"+repo)
@@ -758,4 +763,137 @@ func (e *nodeEnv) scenarioVolumeCrictl(t *testing.T) {
 	if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") {
 		t.Errorf("crictl create with an image mount of a hidden image: %v\n%s", r.Err, fatalMessage(r.Stderr))
 	}
+}
+
+// scenarioRoleRemoved: removing the annotation the token plugin requires
+// from a service account is how cloud operators revoke its access (an IAM
+// role). The image the account pulled in scenario 6 must not be re-used
+// by its new pods: they must pull, and with no role the plugin gives them
+// nothing, so they never run.
+func (e *nodeEnv) scenarioRoleRemoved(t *testing.T) {
+	ctx := context.Background()
+	accounts := e.k.Admin.CoreV1().ServiceAccounts(e.nsA)
+	sa, err := accounts.Get(ctx, "builder", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := sa.Annotations["registry.test/user"]
+	delete(sa.Annotations, "registry.test/user")
+	if _, err := accounts.Update(ctx, sa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sa, err := accounts.Get(ctx, "builder", metav1.GetOptions{})
+		if err == nil {
+			sa.Annotations = map[string]string{"registry.test/user": role}
+			_, err = accounts.Update(ctx, sa, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Errorf("restoring the role: %v", err)
+		}
+	}()
+	p := e.run(t, podSpec{ns: e.nsA, name: "sa-no-role", image: e.bySA, policy: corev1.PullIfNotPresent, account: "builder"})
+	e.waitWaiting(t, p, "ErrImagePull", "ImagePullBackOff")
+	e.neverRan(t, p)
+	t.Logf("without its role: %s", e.eventSummary(p))
+	zero := int64(0)
+	e.k.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	e.waitGone(t, p)
+}
+
+// scenarioRotatedSecret: tenant A rotates its pull secret in place (same
+// namespace, name and UID; another valid credential). As the kubelet
+// documents, its pods keep using the image pulled with the old content,
+// with no registry request.
+func (e *nodeEnv) scenarioRotatedSecret(t *testing.T) {
+	ctx := context.Background()
+	secrets := e.k.Admin.CoreV1().Secrets(e.nsA)
+	setCredential := func(user string) {
+		t.Helper()
+		sec, err := secrets.Get(ctx, "regcred", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(map[string]any{"auths": map[string]any{testRig.Registry: map[string]string{"username": user, "password": rig.Users[user]}}})
+		sec.Data[corev1.DockerConfigJsonKey] = data
+		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setCredential("user")
+	defer setCredential("alice")
+	before := pulls(t, e.private)
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "rotated", image: e.private, policy: corev1.PullIfNotPresent, secret: "regcred"}))
+	if n := pulls(t, e.private) - before; n != 0 {
+		t.Errorf("%d registry requests for a pod of the rotated secret, want 0", n)
+	}
+}
+
+// scenarioFullDatabase: the proxy's database fills up (here a 1 MiB tmpfs,
+// filled), so a verified pull cannot be recorded. Whichever write fails
+// (the intent: A's pull is refused; the record: A runs), tenant B's pods
+// must not run the image: the image is never taken for a preloaded one.
+func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(testRig.Dir, "full-db-"+e.v.id)
+	os.MkdirAll(dir, 0o700)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs: %v\n%s", err, out)
+	}
+	defer exec.Command("umount", "-l", dir).Run()
+	// Move the proxy's database there, and back at the end.
+	origDB := e.proxy.db
+	moveDB := func(to string) {
+		t.Helper()
+		e.proxy.proc.Stop(10 * time.Second)
+		data, err := os.ReadFile(e.proxy.db)
+		if err == nil {
+			err = os.WriteFile(to, data, 0o600)
+		}
+		if err != nil {
+			t.Fatalf("moving the database: %v", err)
+		}
+		for i, a := range e.proxy.args {
+			if a == e.proxy.db {
+				e.proxy.args[i] = to
+			}
+		}
+		e.proxy.db = to
+		e.proxy.start(t)
+	}
+	moveDB(filepath.Join(dir, "ensure.db"))
+	defer moveDB(origDB)
+	filler := filepath.Join(dir, "filler")
+	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").Run() // ends with ENOSPC, as meant
+
+	a := e.run(t, podSpec{ns: e.nsA, name: "full-a", image: e.full, policy: corev1.PullIfNotPresent, secret: "regcred"})
+	a = e.waitFor(t, a, "Running, or failing its pull", 3*time.Minute, func(p *corev1.Pod) bool {
+		if len(p.Status.ContainerStatuses) != 1 {
+			return false
+		}
+		st := p.Status.ContainerStatuses[0].State
+		return st.Running != nil || (st.Waiting != nil && (st.Waiting.Reason == "ErrImagePull" || st.Waiting.Reason == "ImagePullBackOff"))
+	})
+	log := e.proxy.proc.LogText()
+	recordFailed := strings.Contains(log, "recording a verified pull failed")
+	intentFailed := strings.Contains(log, "cannot note the pull of")
+	if !recordFailed && !intentFailed {
+		t.Fatalf("no write failed: the scenario tests nothing (A: %s)", containerState(a))
+	}
+	t.Logf("A: %s (record write failed: %v, intent write failed: %v)", containerState(a), recordFailed, intentFailed)
+
+	bare := e.run(t, podSpec{ns: e.nsB, name: "full-b", image: e.full, policy: corev1.PullIfNotPresent})
+	never := e.run(t, podSpec{ns: e.nsB, name: "full-b-never", image: e.full, policy: corev1.PullNever})
+	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
+	e.waitWaiting(t, never, "ErrImageNeverPull")
+	e.neverRan(t, bare)
+	e.neverRan(t, never)
+	t.Logf("B: %s; B Never: %s", e.eventSummary(bare), e.eventSummary(never))
+
+	zero := int64(0)
+	for _, p := range []*corev1.Pod{a, bare, never} {
+		e.k.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	e.waitGone(t, a, bare, never)
+	os.Remove(filler)
 }
