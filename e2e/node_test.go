@@ -829,10 +829,13 @@ func (e *nodeEnv) scenarioRotatedSecret(t *testing.T) {
 	}
 }
 
-// scenarioFullDatabase: the proxy's database fills up (here a 1 MiB tmpfs,
+// scenarioFullDatabase: the proxy's database fills up (a 1 MiB tmpfs,
 // filled), so a verified pull cannot be recorded. Whichever write fails
 // (the intent: A's pull is refused; the record: A runs), tenant B's pods
-// must not run the image: the image is never taken for a preloaded one.
+// must not run the image: it is never taken for a preloaded one. The
+// proxy runs on a fresh database there, with two records written before
+// the disk fills: then bbolt has room for the small intent and not for the
+// record (measured), the case that matters, as the image is on the node.
 func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(testRig.Dir, "full-db-"+e.v.id)
@@ -841,30 +844,25 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 		t.Fatalf("mount a tmpfs: %v\n%s", err, out)
 	}
 	defer exec.Command("umount", "-l", dir).Run()
-	// Move the proxy's database there, and back at the end.
 	origDB := e.proxy.db
-	moveDB := func(to string) {
+	useDB := func(path string) {
 		t.Helper()
 		e.proxy.proc.Stop(10 * time.Second)
-		data, err := os.ReadFile(e.proxy.db)
-		if err == nil {
-			err = os.WriteFile(to, data, 0o600)
-		}
-		if err != nil {
-			t.Fatalf("moving the database: %v", err)
-		}
 		for i, a := range e.proxy.args {
 			if a == e.proxy.db {
-				e.proxy.args[i] = to
+				e.proxy.args[i] = path
 			}
 		}
-		e.proxy.db = to
+		e.proxy.db = path
 		e.proxy.start(t)
 	}
-	moveDB(filepath.Join(dir, "ensure.db"))
-	defer moveDB(origDB)
+	useDB(filepath.Join(dir, "ensure.db"))
+	defer useDB(origDB)
+	mustCrictl(t, e.proxy.ep, "pull", e.public)
+	mustCrictl(t, e.proxy.ep, "pull", "--creds", "alice:"+rig.Users["alice"], e.private)
 	filler := filepath.Join(dir, "filler")
 	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").Run() // ends with ENOSPC, as meant
+	defer os.Remove(filler)
 
 	a := e.run(t, podSpec{ns: e.nsA, name: "full-a", image: e.full, policy: corev1.PullIfNotPresent, secret: "regcred"})
 	a = e.waitFor(t, a, "Running, or failing its pull", 3*time.Minute, func(p *corev1.Pod) bool {
@@ -876,7 +874,7 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 	})
 	log := e.proxy.proc.LogText()
 	recordFailed := strings.Contains(log, "recording a verified pull failed")
-	intentFailed := strings.Contains(log, "cannot note the pull of")
+	intentFailed := strings.Contains(log, "noting a pull intent failed")
 	if !recordFailed && !intentFailed {
 		t.Fatalf("no write failed: the scenario tests nothing (A: %s)", containerState(a))
 	}
@@ -895,5 +893,4 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 		e.k.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 	e.waitGone(t, a, bare, never)
-	os.Remove(filler)
 }

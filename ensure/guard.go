@@ -435,6 +435,8 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	if err != nil {
 		// As the kubelet: no intent, no pull (a crash could not be told apart
 		// from a preloaded image).
+		g.metrics.recordErr.Inc()
+		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", name, "err", err)
 		return nil, fmt.Errorf("ensure: cannot note the pull of %s before it starts: %w", name, err)
 	}
 	g.pending.inc(repo)

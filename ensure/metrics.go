@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func
 		reuses:    prometheus.NewCounter(opts("fastpath_reuses_total", "PullImage calls answered from the node: the credential was already verified for the image.")),
 		pulls:     prometheus.NewCounterVec(opts("verification_pulls_total", "PullImage calls forwarded to the runtime (the registry checks the credential), by result."), []string{"result"}),
 		denials:   prometheus.NewCounter(opts("createcontainer_denials_total", "CreateContainer calls refused: the image needs verification and the pod has none.")),
-		recordErr: prometheus.NewCounter(opts("record_write_errors_total", "Successful pulls whose record could not be written (their intent stays: at start they need verification).")),
+		recordErr: prometheus.NewCounter(opts("record_write_errors_total", "Pulls whose intent (the pull is then refused) or record (the intent stays: the image needs verification) could not be written.")),
 	}
 	if reg == nil {
 		return m, nil
