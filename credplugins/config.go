@@ -2,6 +2,7 @@ package credplugins
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/crypto/cryptobyte"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -22,6 +22,8 @@ import (
 	kubeletconfigv1alpha1 "k8s.io/kubelet/config/v1alpha1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
 )
 
 // Config is a loaded, validated CredentialProviderConfig.
@@ -160,60 +162,51 @@ func configFiles(path string) ([]string, error) {
 	return files, nil
 }
 
-// decodeConfig decodes one file of any supported version.
+// decodeConfig decodes one file of any supported version. Each version is
+// decoded strictly into its own type (so a field of a newer version, such as
+// tokenAttributes in v1beta1, is an error); v1alpha1 and v1beta1, whose
+// fields are a subset of v1's with the same names, are then read as v1.
 func decodeConfig(data []byte) ([]Provider, error) {
 	obj, gvk, err := configCodecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	var out []Provider
-	switch c := obj.(type) {
+	var c kubeletconfigv1.CredentialProviderConfig
+	switch obj := obj.(type) {
 	case *kubeletconfigv1.CredentialProviderConfig:
-		for _, p := range c.Providers {
-			q := newProvider(p.Name, p.MatchImages, p.DefaultCacheDuration, p.APIVersion, p.Args)
-			for _, e := range p.Env {
-				q.Env = append(q.Env, EnvVar{e.Name, e.Value})
-			}
-			if t := p.TokenAttributes; t != nil {
-				q.TokenAttributes = &TokenAttributes{
-					ServiceAccountTokenAudience:          t.ServiceAccountTokenAudience,
-					CacheType:                            string(t.CacheType),
-					RequireServiceAccount:                t.RequireServiceAccount,
-					RequiredServiceAccountAnnotationKeys: t.RequiredServiceAccountAnnotationKeys,
-					OptionalServiceAccountAnnotationKeys: t.OptionalServiceAccountAnnotationKeys,
-				}
-			}
-			out = append(out, q)
+		c = *obj
+	case *kubeletconfigv1beta1.CredentialProviderConfig, *kubeletconfigv1alpha1.CredentialProviderConfig:
+		b, err := json.Marshal(obj)
+		if err == nil {
+			err = json.Unmarshal(b, &c)
 		}
-	case *kubeletconfigv1beta1.CredentialProviderConfig:
-		for _, p := range c.Providers {
-			q := newProvider(p.Name, p.MatchImages, p.DefaultCacheDuration, p.APIVersion, p.Args)
-			for _, e := range p.Env {
-				q.Env = append(q.Env, EnvVar{e.Name, e.Value})
-			}
-			out = append(out, q)
-		}
-	case *kubeletconfigv1alpha1.CredentialProviderConfig:
-		for _, p := range c.Providers {
-			q := newProvider(p.Name, p.MatchImages, p.DefaultCacheDuration, p.APIVersion, p.Args)
-			for _, e := range p.Env {
-				q.Env = append(q.Env, EnvVar{e.Name, e.Value})
-			}
-			out = append(out, q)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s as %s: %w", gvk.GroupVersion(), kubeletconfigv1.SchemeGroupVersion, err)
 		}
 	default:
 		return nil, fmt.Errorf("kind %q of %q is not a CredentialProviderConfig", gvk.Kind, gvk.GroupVersion())
 	}
-	return out, nil
-}
-
-// newProvider holds the fields every version shares.
-func newProvider(name string, matchImages []string, defaultCacheDuration *metav1.Duration, apiVersion string, args []string) Provider {
-	p := Provider{Name: name, MatchImages: matchImages, APIVersion: apiVersion, Args: args}
-	if defaultCacheDuration != nil {
-		p.DefaultCacheDuration, p.hasDefaultCacheDuration = defaultCacheDuration.Duration, true
+	out := make([]Provider, 0, len(c.Providers))
+	for _, p := range c.Providers {
+		q := Provider{Name: p.Name, MatchImages: p.MatchImages, APIVersion: p.APIVersion, Args: p.Args}
+		if p.DefaultCacheDuration != nil {
+			q.DefaultCacheDuration, q.hasDefaultCacheDuration = p.DefaultCacheDuration.Duration, true
+		}
+		for _, e := range p.Env {
+			q.Env = append(q.Env, EnvVar{e.Name, e.Value})
+		}
+		if t := p.TokenAttributes; t != nil {
+			q.TokenAttributes = &TokenAttributes{
+				ServiceAccountTokenAudience:          t.ServiceAccountTokenAudience,
+				CacheType:                            string(t.CacheType),
+				RequireServiceAccount:                t.RequireServiceAccount,
+				RequiredServiceAccountAnnotationKeys: t.RequiredServiceAccountAnnotationKeys,
+				OptionalServiceAccountAnnotationKeys: t.OptionalServiceAccountAnnotationKeys,
+			}
+		}
+		out = append(out, q)
 	}
-	return p
+	return out, nil
 }
 
 // validateProvider applies the kubelet's rules
@@ -237,9 +230,9 @@ func validateProvider(p *field.Path, pr *Provider, binDir string) field.ErrorLis
 		}
 	}
 	if pr.APIVersion == "" {
-		errs = append(errs, field.Required(p.Child("apiVersion"), "one of "+strings.Join(supportedAPIVersions(), ", ")))
-	} else if _, ok := apiVersions[pr.APIVersion]; !ok {
-		errs = append(errs, field.NotSupported(p.Child("apiVersion"), pr.APIVersion, supportedAPIVersions()))
+		errs = append(errs, field.Required(p.Child("apiVersion"), "one of "+strings.Join(pluginapi.SupportedAPIVersions(), ", ")))
+	} else if !pluginapi.Supported(pr.APIVersion) {
+		errs = append(errs, field.NotSupported(p.Child("apiVersion"), pr.APIVersion, pluginapi.SupportedAPIVersions()))
 	}
 	if len(pr.MatchImages) == 0 {
 		errs = append(errs, field.Required(p.Child("matchImages"), "at least 1 item in matchImages is required"))

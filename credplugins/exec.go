@@ -12,6 +12,8 @@ import (
 	"time"
 
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
+
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
 )
 
 // Defaults of the exec.
@@ -78,7 +80,7 @@ func newExecPlugin(p Provider, binDir string, timeout time.Duration) *execPlugin
 // plugin's stderr (for logs). The plugin and everything it started are
 // killed when the timeout passes or it writes more than it may.
 func (e *execPlugin) run(ctx context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
-	data, err := encodeRequest(e.apiVersion, &credentialproviderapi.CredentialProviderRequest{
+	data, err := pluginapi.EncodeRequest(e.apiVersion, &credentialproviderapi.CredentialProviderRequest{
 		Image: req.Image, ServiceAccountToken: req.ServiceAccountToken, ServiceAccountAnnotations: req.ServiceAccountAnnotations,
 	})
 	if err != nil {
@@ -123,7 +125,7 @@ func (e *execPlugin) run(ctx context.Context, req execRequest) (*credentialprovi
 		}
 		return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w: %v", e.name, ErrPluginFailed, runErr)
 	}
-	resp, err := decodeResponse(e.apiVersion, stdout.Bytes())
+	resp, err := pluginapi.DecodeResponse(e.apiVersion, stdout.Bytes())
 	if err != nil {
 		return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w", e.name, err)
 	}

@@ -129,7 +129,7 @@ func (p *plugin) exec(ctx context.Context, image string, sa saRequest) (Answer, 
 		a.CacheDuration = resp.CacheDuration.Duration
 	}
 	if err := p.cache.Put(a.CacheKeyType, image, sa.cacheKey, a, a.CacheDuration); err != nil {
-		return Answer{}, err // unreachable: decodeResponse checked the key type
+		return Answer{}, err // unreachable: pluginapi.DecodeResponse checked the key type
 	}
 	return a, nil
 }

@@ -12,9 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
+	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
 )
 
 type options struct {
@@ -56,26 +57,18 @@ func (a *audience) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-var codecs = func() serializer.CodecFactory {
-	s := runtime.NewScheme()
-	if err := credentialproviderv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return serializer.NewCodecFactory(s, serializer.EnableStrict)
-}()
-
 func run(in io.Reader, out io.Writer, o options) error {
 	data, err := io.ReadAll(io.LimitReader(in, 1<<20))
 	if err != nil {
 		return err
 	}
-	obj, _, err := codecs.UniversalDeserializer().Decode(data, nil, nil)
+	req, version, err := pluginapi.DecodeRequest(data)
 	if err != nil {
-		return fmt.Errorf("decode request: %w", err)
+		return err
 	}
-	req, ok := obj.(*credentialproviderv1.CredentialProviderRequest)
-	if !ok {
-		return fmt.Errorf("want a credentialprovider.kubelet.k8s.io/v1 CredentialProviderRequest, got %T", obj)
+	if version != credentialproviderv1.SchemeGroupVersion {
+		// Service-account tokens exist in v1 only.
+		return fmt.Errorf("want a %s CredentialProviderRequest, got %s", credentialproviderv1.SchemeGroupVersion, version)
 	}
 	c, err := checkToken(req.ServiceAccountToken, o)
 	if err != nil {
@@ -95,15 +88,13 @@ func run(in io.Reader, out io.Writer, o options) error {
 		}
 	}
 	registry, _, _ := strings.Cut(req.Image, "/")
-	resp := &credentialproviderv1.CredentialProviderResponse{
-		TypeMeta:     req.TypeMeta,
-		CacheKeyType: credentialproviderv1.RegistryPluginCacheKeyType,
-		Auth:         map[string]credentialproviderv1.AuthConfig{registry: {Username: user, Password: pass}},
+	resp := &credentialproviderapi.CredentialProviderResponse{
+		CacheKeyType: credentialproviderapi.RegistryPluginCacheKeyType,
+		Auth:         map[string]credentialproviderapi.AuthConfig{registry: {Username: user, Password: pass}},
 	}
-	resp.Kind = "CredentialProviderResponse"
-	b, err := json.Marshal(resp)
+	b, err := pluginapi.EncodeResponse(version, resp)
 	if err != nil {
-		return errors.New("encode response failed") // not wrapped: it could quote the password
+		return err
 	}
 	_, err = out.Write(b)
 	return err
@@ -157,7 +148,7 @@ func password(file, user string) (string, error) {
 }
 
 // logClaims appends what the plugin saw: claims, never the token.
-func logClaims(path string, req *credentialproviderv1.CredentialProviderRequest, c *claims, now time.Time) error {
+func logClaims(path string, req *credentialproviderapi.CredentialProviderRequest, c *claims, now time.Time) error {
 	line, _ := json.Marshal(map[string]any{
 		"image": req.Image, "audience": []string(c.Audience), "expiresInSeconds": c.Expires - now.Unix(),
 		"namespace": c.K8s.Namespace, "serviceAccount": c.K8s.ServiceAccount.Name, "serviceAccountUID": c.K8s.ServiceAccount.UID,

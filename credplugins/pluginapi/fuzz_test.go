@@ -1,4 +1,4 @@
-package credplugins
+package pluginapi
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ func FuzzDecodeResponse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		resp, err := decodeResponse(v1, data)
+		resp, err := DecodeResponse(v1, data)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidResponse) {
 				t.Fatalf("error %v is not ErrInvalidResponse", err)
