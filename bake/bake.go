@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // ImageService is the part of the CRI image service bake uses; the
@@ -130,7 +130,7 @@ func errOr(err error, s string) error {
 // repoDigest is the digest of the image's repository among the runtime's
 // repo digests ("repo@sha256:..."), "" when it lists none for it.
 func repoDigest(image string, digests []string) string {
-	repo, _ := credplugins.Repository(image)
+	repo, _ := imageref.Repository(image)
 	for _, d := range digests {
 		if r, dg, ok := strings.Cut(d, "@"); ok && r == repo {
 			return dg
@@ -160,7 +160,7 @@ func Repositories(results []Result) []string {
 		if r.Err != nil {
 			continue
 		}
-		if repo, ok := credplugins.Repository(r.Image); ok && !seen[repo] {
+		if repo, ok := imageref.Repository(r.Image); ok && !seen[repo] {
 			seen[repo] = true
 			out = append(out, repo)
 		}
@@ -176,7 +176,7 @@ func RecordPreloaded(store *ensure.Store, results []Result, now time.Time) error
 		if r.Err != nil {
 			continue
 		}
-		repo, ok := credplugins.Repository(r.Image)
+		repo, ok := imageref.Repository(r.Image)
 		if !ok {
 			continue
 		}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/distribution/reference"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 var _ criproxy.PullImageHook = (*Injector)(nil)
@@ -40,7 +40,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		}
 		own = err
 	}
-	image, ok := Repository(req.GetImage().GetImage())
+	image, ok := imageref.Repository(req.GetImage().GetImage())
 	if !ok {
 		if own != nil {
 			return nil, own
@@ -127,15 +127,4 @@ func pullError(last error, image string, own error, tried []attempt, failed []Pr
 // hasAuth reports whether a request carries any credential.
 func hasAuth(a *runtimeapi.AuthConfig) bool {
 	return a != nil && (a.Username != "" || a.Password != "" || a.Auth != "" || a.IdentityToken != "" || a.RegistryToken != "")
-}
-
-// Repository returns the normalized repository of an image reference
-// without tag or digest ("nginx:1" -> "docker.io/library/nginx"): what the
-// kubelet matches and passes to plugins.
-func Repository(image string) (string, bool) {
-	named, err := reference.ParseNormalizedNamed(image)
-	if err != nil {
-		return "", false
-	}
-	return named.Name(), true
 }

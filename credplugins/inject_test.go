@@ -192,20 +192,3 @@ func TestPullStopsWhenTheCallerGivesUp(t *testing.T) {
 		t.Errorf("got %v after %d tries, want Canceled after 1", err, tries)
 	}
 }
-
-func TestRepository(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"nginx":                          "docker.io/library/nginx",
-		"nginx:1.27":                     "docker.io/library/nginx",
-		"registry.test:5000/team/app:v1": "registry.test:5000/team/app",
-		"registry.test/app@sha256:" + strings.Repeat("a", 64): "registry.test/app",
-	} {
-		if got, ok := Repository(in); !ok || got != want {
-			t.Errorf("Repository(%q) = %q, %v; want %q", in, got, ok, want)
-		}
-	}
-	if _, ok := Repository("Not/A/Valid/Name"); ok {
-		t.Errorf("an invalid reference parsed")
-	}
-}

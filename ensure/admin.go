@@ -13,6 +13,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // The admin API: JSON over HTTP on a root-only unix socket, for the
@@ -143,7 +145,7 @@ func (l *LocalAdmin) Explain(ctx context.Context, image, podUID string) (*Explan
 }
 
 func (l *LocalAdmin) Resolve(ctx context.Context, image string) (string, error) {
-	if isImageID(image) {
+	if imageref.IsID(image) {
 		if !strings.HasPrefix(image, "sha256:") {
 			image = "sha256:" + image
 		}

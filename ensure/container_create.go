@@ -3,7 +3,6 @@ package ensure
 import (
 	"context"
 	"fmt"
-	"regexp"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
@@ -11,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // imageUse is one image a container would see, and where the request
@@ -129,14 +129,10 @@ func (g *Guard) mayNeedVerification(image string) bool {
 		return false
 	}
 	repo, ok := g.repository(image)
-	if !ok || idPrefixPattern.MatchString(image) {
+	if !ok || imageref.MayBeIDPrefix(image) {
 		// An ID, or a name containerd may resolve as a prefix of one: it can
 		// stand for any image.
 		return true
 	}
 	return g.repoMayNeedVerification(repo)
 }
-
-// idPrefixPattern matches what containerd may take for a prefix of an
-// image ID when no image has that name.
-var idPrefixPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{1,64}$`)

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // Explanation says what the guard decides for an image and a pod, and why.
@@ -42,10 +44,10 @@ func (g *Guard) Explain(ctx context.Context, image, podUID string, grantsKnown b
 		if repo, ok := g.repository(image); ok && g.listedAs(img, repo) {
 			e.Repository = repo
 		}
-	} else if isImageID(image) {
+	} else if imageref.IsID(image) {
 		e.ImageRef = image
 	} else {
-		e.Repository, _ = Repository(image)
+		e.Repository, _ = imageref.Repository(image)
 	}
 	if e.ImageRef != "" {
 		if rec, err := g.store.Get(e.ImageRef); err == nil {

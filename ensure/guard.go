@@ -5,21 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/distribution/reference"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
-	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // runtimeImages is what the guard asks the runtime itself, around the
@@ -112,9 +110,8 @@ type Guard struct {
 	pods     NodePods
 	accounts AccountCheck
 
-	// names remembers parsed image names (image -> parsedName).
-	names    sync.Map
-	namesLen atomic.Int64
+	// names remembers parsed image names.
+	names imageref.Names
 
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
@@ -159,7 +156,7 @@ func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes
 		return nil, fmt.Errorf("reading pull intents: %w", err)
 	}
 	for _, in := range leftover {
-		if repo, ok := Repository(in.Image); ok {
+		if repo, ok := imageref.Repository(in.Image); ok {
 			g.pending.inc(repo)
 		}
 	}
@@ -312,53 +309,15 @@ func (g *Guard) repoMayNeedVerification(repo string) bool {
 
 var _ criproxy.ImageStatusFilter = (*Guard)(nil)
 
-// parse is Repository and normalizedRef of image, remembered: the same
-// few names come back on every kubelet sync, and parsing one costs
-// microseconds.
-func (g *Guard) parse(image string) parsedName {
-	if v, ok := g.names.Load(image); ok {
-		return v.(parsedName)
-	}
-	var p parsedName
-	if !isImageID(image) {
-		if named, err := reference.ParseNormalizedNamed(image); err == nil {
-			p = parsedName{repo: named.Name(), ref: reference.TagNameOnly(named).String(), ok: true}
-		}
-	}
-	if g.namesLen.Add(1) > maxRememberedNames {
-		g.names.Clear()
-		g.namesLen.Store(0)
-	}
-	g.names.Store(image, p)
-	return p
-}
+// parse is imageref's parse of image, remembered: the same few names
+// come back on every kubelet sync, and parsing one costs microseconds.
+func (g *Guard) parse(image string) imageref.Name { return g.names.Parse(image) }
 
-// repository is Repository, remembered.
+// repository is imageref.Repository, remembered.
 func (g *Guard) repository(image string) (string, bool) {
-	p := g.parse(image)
-	return p.repo, p.ok
+	n := g.names.Parse(image)
+	return n.Repository, n.OK
 }
-
-type parsedName struct {
-	repo string // the normalized repository ("docker.io/library/nginx")
-	ref  string // the full normalized reference, default tag added
-	ok   bool   // false for what is no name (an image ID)
-}
-
-const maxRememberedNames = 8192
-
-// Repository returns the normalized repository of a reference, and false
-// for what is no name (an image ID).
-func Repository(image string) (string, bool) {
-	if isImageID(image) {
-		return "", false
-	}
-	return credplugins.Repository(image)
-}
-
-var imageIDPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{64}$`)
-
-func isImageID(s string) bool { return imageIDPattern.MatchString(s) }
 
 // listedAs reports whether the runtime lists img under repository repo:
 // only then did a lookup by name really find it by that name (containerd
@@ -501,7 +460,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 // told, the ref is kept: a record under it can only be missed, never
 // match another image.
 func (g *Guard) imageID(ctx context.Context, name, ref string) string {
-	if isImageID(ref) {
+	if imageref.IsID(ref) {
 		return ref
 	}
 	if st, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}}); err == nil && st.GetImage().GetId() != "" {

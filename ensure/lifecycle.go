@@ -8,6 +8,8 @@ import (
 
 	"github.com/distribution/reference"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // Recover settles the intents a crash left behind (those found when the
@@ -39,7 +41,7 @@ func (g *Guard) settleLocked(images []*runtimeapi.Image) (converted, kept int, e
 	for _, img := range images {
 		for _, refs := range [][]string{img.GetRepoTags(), img.GetRepoDigests()} {
 			for _, r := range refs {
-				if n, ok := normalizedRef(r); ok {
+				if n, ok := imageref.Normalized(r); ok {
 					byName[n] = img.GetId()
 				}
 			}
@@ -48,7 +50,7 @@ func (g *Guard) settleLocked(images []*runtimeapi.Image) (converted, kept int, e
 	var keep []Intent
 	for i, in := range g.leftover {
 		ref := listedID(byName, in.Image)
-		repo, _ := Repository(in.Image)
+		repo, _ := imageref.Repository(in.Image)
 		switch {
 		case repo == "":
 			err = g.store.DropIntent(in.ID)
@@ -79,7 +81,7 @@ func (g *Guard) settleLocked(images []*runtimeapi.Image) (converted, kept int, e
 // failure the image is still not on the node (it was not there at the
 // last settle either), so they protect nothing.
 func (g *Guard) settlePulled(image string) {
-	name, ok := normalizedRef(image)
+	name, ok := imageref.Normalized(image)
 	if !ok {
 		return
 	}
@@ -87,7 +89,7 @@ func (g *Guard) settlePulled(image string) {
 	defer g.leftoverMu.Unlock()
 	keep := g.leftover[:0:0]
 	for _, in := range g.leftover {
-		if n, _ := normalizedRef(in.Image); n != name {
+		if n, _ := imageref.Normalized(in.Image); n != name {
 			keep = append(keep, in)
 			continue
 		}
@@ -95,7 +97,7 @@ func (g *Guard) settlePulled(image string) {
 			keep = append(keep, in)
 			continue
 		}
-		if repo, ok := Repository(in.Image); ok {
+		if repo, ok := imageref.Repository(in.Image); ok {
 			g.pending.dec(repo)
 		}
 	}
@@ -130,16 +132,6 @@ func listedID(byName map[string]string, image string) string {
 		}
 	}
 	return ""
-}
-
-// normalizedRef is a reference's full normalized form, with the default
-// tag when it has neither tag nor digest.
-func normalizedRef(s string) (string, bool) {
-	named, err := reference.ParseNormalizedNamed(s)
-	if err != nil {
-		return "", false
-	}
-	return reference.TagNameOnly(named).String(), true
 }
 
 // GC drops the records of images the runtime no longer lists and the

@@ -163,10 +163,10 @@ func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig
 // ImageStatus for image can be for.
 func (g *Guard) waitingUses(image string) map[*corev1.Pod][]corev1.PullPolicy {
 	want := g.parse(image)
-	if !want.ok {
+	if !want.OK {
 		return nil
 	}
-	same := func(name string) bool { n := g.parse(name); return n.ok && n.ref == want.ref }
+	same := func(name string) bool { n := g.parse(name); return n.OK && n.Ref == want.Ref }
 	out := map[*corev1.Pod][]corev1.PullPolicy{}
 	for _, p := range g.pods.PodsOnNode() {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {

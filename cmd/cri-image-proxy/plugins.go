@@ -13,6 +13,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // pluginFlags say where the credential provider configuration is: the
@@ -121,7 +122,7 @@ the order a pull without credentials tries them.`,
 // pluginsTest is plugins test: a fresh Injector (empty caches), so every
 // matching plugin really runs.
 func pluginsTest(ctx context.Context, out io.Writer, cfg *credplugins.Config, image string, timeout time.Duration) error {
-	repo, ok := credplugins.Repository(image)
+	repo, ok := imageref.Repository(image)
 	if !ok {
 		return fmt.Errorf("%q is not an image reference", image)
 	}

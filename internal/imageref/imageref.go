@@ -1,0 +1,78 @@
+package imageref
+
+import (
+	"regexp"
+	"sync"
+	"sync/atomic"
+
+	"github.com/distribution/reference"
+)
+
+var (
+	idPattern       = regexp.MustCompile(`^(sha256:)?[a-f0-9]{64}$`)
+	idPrefixPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{1,64}$`)
+)
+
+// IsID reports whether s is a full image ID, with or without "sha256:".
+func IsID(s string) bool { return idPattern.MatchString(s) }
+
+// MayBeIDPrefix reports whether containerd may take s for (a prefix of) an
+// image ID when no image has that name.
+func MayBeIDPrefix(s string) bool { return idPrefixPattern.MatchString(s) }
+
+// Name is what a string names, parsed.
+type Name struct {
+	Repository string // normalized, no tag or digest: "docker.io/library/nginx"
+	Ref        string // fully normalized, the default tag added when there is no tag or digest
+	OK         bool   // false for an image ID or what does not parse
+}
+
+// Parse parses s. An image ID is no name.
+func Parse(s string) Name {
+	if IsID(s) {
+		return Name{}
+	}
+	named, err := reference.ParseNormalizedNamed(s)
+	if err != nil {
+		return Name{}
+	}
+	return Name{Repository: named.Name(), Ref: reference.TagNameOnly(named).String(), OK: true}
+}
+
+// Repository returns the normalized repository of a reference, and false
+// for an image ID or what does not parse.
+func Repository(s string) (string, bool) {
+	n := Parse(s)
+	return n.Repository, n.OK
+}
+
+// Normalized returns the full normalized form of a reference, and false
+// for an image ID or what does not parse.
+func Normalized(s string) (string, bool) {
+	n := Parse(s)
+	return n.Ref, n.OK
+}
+
+// Names remembers parses; the zero value is ready. Past its bound it
+// forgets everything and starts again: the names a node uses are few.
+type Names struct {
+	m   sync.Map // string -> Name
+	len atomic.Int64
+}
+
+// maxRemembered bounds a Names.
+const maxRemembered = 8192
+
+// Parse is Parse, remembered.
+func (c *Names) Parse(s string) Name {
+	if v, ok := c.m.Load(s); ok {
+		return v.(Name)
+	}
+	n := Parse(s)
+	if c.len.Add(1) > maxRemembered {
+		c.m.Clear()
+		c.len.Store(0)
+	}
+	c.m.Store(s, n)
+	return n
+}

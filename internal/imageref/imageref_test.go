@@ -1,0 +1,55 @@
+package imageref
+
+import "testing"
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	id := "sha256:" + "1111111111111111111111111111111111111111111111111111111111111111"
+	for _, tc := range []struct {
+		name, in   string
+		repo, ref  string
+		ok, isID   bool
+		maybePrefx bool
+	}{
+		{"a short name gets docker.io/library and the default tag", "nginx", "docker.io/library/nginx", "docker.io/library/nginx:latest", true, false, false},
+		{"a tagged name keeps its tag", "registry.test/team/app:v1", "registry.test/team/app", "registry.test/team/app:v1", true, false, false},
+		{"a digested name keeps its digest, no tag added", "registry.test/app@" + id, "registry.test/app", "registry.test/app@" + id, true, false, false},
+		{"an image ID is no name, though it would parse as docker.io/library/sha256", id, "", "", false, true, true},
+		{"a bare 64-hex ID is no name", id[7:], "", "", false, true, true},
+		{"a short hex string is a name that may also be an ID prefix", "1111111111", "docker.io/library/1111111111", "docker.io/library/1111111111:latest", true, false, true},
+		{"an upper-case repository does not parse", "Registry.test/App", "", "", false, false, false},
+		{"an empty string is nothing", "", "", "", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Names
+			for _, n := range []Name{Parse(tc.in), c.Parse(tc.in), c.Parse(tc.in)} {
+				if n.Repository != tc.repo || n.Ref != tc.ref || n.OK != tc.ok {
+					t.Errorf("Parse(%q) = %+v, want %q %q %v", tc.in, n, tc.repo, tc.ref, tc.ok)
+				}
+			}
+			if IsID(tc.in) != tc.isID || MayBeIDPrefix(tc.in) != tc.maybePrefx {
+				t.Errorf("IsID %v, MayBeIDPrefix %v", IsID(tc.in), MayBeIDPrefix(tc.in))
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"nginx", "registry.test/a/b:v1@sha256:" + "11111111111111111111111111111111111111111111111111111111111111ab", "sha256:", "a:b:c", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := Parse(s)
+		if n.OK && IsID(s) {
+			t.Fatalf("%q is both an ID and a name", s)
+		}
+		if !n.OK {
+			return
+		}
+		// Normalizing is idempotent: the kubelet and the runtime may hand
+		// back either form.
+		if again := Parse(n.Ref); !again.OK || again.Ref != n.Ref || again.Repository != n.Repository {
+			t.Fatalf("Parse(%q) = %+v, but Parse(%q) = %+v", s, n, n.Ref, again)
+		}
+	})
+}
