@@ -24,6 +24,7 @@ import (
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // Config is a loaded, validated CredentialProviderConfig.
@@ -238,7 +239,7 @@ func validateProvider(p *field.Path, pr *Provider, binDir string) field.ErrorLis
 		errs = append(errs, field.Required(p.Child("matchImages"), "at least 1 item in matchImages is required"))
 	}
 	for i, m := range pr.MatchImages {
-		if err := validateMatchImage(m); err != nil {
+		if err := keyring.ValidateMatchImage(m); err != nil {
 			errs = append(errs, field.Invalid(p.Child("matchImages").Index(i), m, "match image is invalid: "+err.Error()))
 		}
 	}

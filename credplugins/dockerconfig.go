@@ -2,142 +2,15 @@ package credplugins
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"slices"
-	"sort"
-	"strings"
 
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
+
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
-
-// DockerConfig is the registry credentials of a docker config.json
-// ("auths"), or of a legacy .dockercfg: registry keys, as the kubelet's
-// keyring reads them, and their credentials, each entry kept (two
-// spellings of one registry are two entries).
-type DockerConfig struct {
-	entries []dockerEntry
-}
-
-type dockerEntry struct {
-	key  string // normalized by AuthKey
-	cred Credential
-}
-
-// dockerAuth is one entry as the files write it.
-type dockerAuth struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-	Auth     string `json:"auth"`
-}
-
-// ReadDockerConfig reads a docker config.json. Errors name the file and
-// the entry, never quote its content (it holds passwords).
-func ReadDockerConfig(path string) (*DockerConfig, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("docker config: %w", err)
-	}
-	d, err := ParseDockerConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("docker config %s: %w", path, err)
-	}
-	return d, nil
-}
-
-// ParseDockerConfig parses the content of a docker config.json (a
-// kubernetes.io/dockerconfigjson secret's .dockerconfigjson).
-func ParseDockerConfig(data []byte) (*DockerConfig, error) {
-	var raw struct {
-		Auths map[string]dockerAuth `json:"auths"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		// Not wrapped: a JSON error can quote the content, credentials included.
-		return nil, errors.New("not valid JSON")
-	}
-	return newDockerConfig(raw.Auths)
-}
-
-// ParseDockercfg parses a legacy .dockercfg (a kubernetes.io/dockercfg
-// secret's content): the auths map itself.
-func ParseDockercfg(data []byte) (*DockerConfig, error) {
-	var auths map[string]dockerAuth
-	if err := json.Unmarshal(data, &auths); err != nil {
-		return nil, errors.New("not valid JSON")
-	}
-	return newDockerConfig(auths)
-}
-
-func newDockerConfig(auths map[string]dockerAuth) (*DockerConfig, error) {
-	d := &DockerConfig{}
-	for k, e := range auths {
-		key, ok := AuthKey(k)
-		if !ok {
-			continue
-		}
-		user, pass := e.Username, e.Password
-		if e.Auth != "" {
-			// As the kubelet: "auth" is base64 of user:password and wins.
-			dec, err := base64.StdEncoding.DecodeString(e.Auth)
-			if err != nil {
-				return nil, fmt.Errorf("auths[%q].auth is not base64", k)
-			}
-			var found bool
-			if user, pass, found = strings.Cut(string(dec), ":"); !found {
-				return nil, fmt.Errorf("auths[%q].auth is not base64 of user:password", k)
-			}
-		}
-		d.entries = append(d.entries, dockerEntry{key, Credential{Username: user, Password: pass}})
-	}
-	return d, nil
-}
-
-// Credentials returns every credential whose key matches image (a
-// repository without tag or digest).
-func (d *DockerConfig) Credentials(image string) []Credential {
-	var out []Credential
-	for _, e := range d.entries {
-		if MatchImage(e.key, image) {
-			out = append(out, e.cred)
-		}
-	}
-	return out
-}
-
-// Keys returns the registry keys of the file, sorted.
-func (d *DockerConfig) Keys() []string {
-	keys := make([]string, 0, len(d.entries))
-	for _, e := range d.entries {
-		keys = append(keys, e.key)
-	}
-	sort.Strings(keys)
-	return slices.Compact(keys)
-}
-
-// Lookup returns the entries that match image (a repository without tag or
-// digest), and the cache key type a plugin answering them would give:
-// Registry, or Image when a matching key has a path.
-func (d *DockerConfig) Lookup(image string) (Auth, credentialproviderapi.PluginCacheKeyType) {
-	auth := Auth{}
-	keyType := credentialproviderapi.RegistryPluginCacheKeyType
-	for _, e := range d.entries {
-		if !MatchImage(e.key, image) {
-			continue
-		}
-		auth[e.key] = e.cred
-		if strings.Contains(e.key, "/") {
-			keyType = credentialproviderapi.ImagePluginCacheKeyType // a path: the answer depends on the image
-		}
-	}
-	return auth, keyType
-}
 
 // dockerConfigRunner answers a provider's requests from a DockerConfig in
 // process, as the reference plugin would by exec.
-type dockerConfigRunner struct{ cfg *DockerConfig }
+type dockerConfigRunner struct{ cfg *keyring.DockerConfig }
 
 func (r dockerConfigRunner) run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
 	auth, keyType := r.cfg.Lookup(req.Image)
@@ -153,7 +26,7 @@ func (r dockerConfigRunner) run(_ context.Context, req execRequest) (*credential
 // registries it lists, without a plugin executable: for tools (bake) that
 // take a config.json where the node has plugins. Nothing is cached.
 func NewFromDockerConfig(path string, opts Options) (*Injector, error) {
-	d, err := ReadDockerConfig(path)
+	d, err := keyring.ReadDockerConfig(path)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // Options configure an Injector. The zero value is usable.
@@ -160,14 +161,14 @@ func candidates(image string, answers []Answer) []Candidate {
 	var all, hub []ranked
 	for i, a := range answers {
 		for raw, cred := range a.Auth {
-			k, ok := AuthKey(raw)
+			k, ok := keyring.AuthKey(raw)
 			if !ok {
 				continue
 			}
 			c := ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred, ServiceAccount: a.ServiceAccount}, k, i}
-			if MatchImage(k, image) {
+			if keyring.MatchImage(k, image) {
 				all = append(all, c)
-			} else if k == "index.docker.io" && isDefaultRegistryImage(image) {
+			} else if k == "index.docker.io" && keyring.IsDefaultRegistryImage(image) {
 				hub = append(hub, c)
 			}
 		}
@@ -178,7 +179,7 @@ func candidates(image string, answers []Answer) []Candidate {
 	sort.SliceStable(all, func(i, j int) bool {
 		a, b := all[i], all[j]
 		ka, kb := a.key, b.key
-		if wa, wb := isWildcard(ka), isWildcard(kb); wa != wb {
+		if wa, wb := keyring.IsWildcard(ka), keyring.IsWildcard(kb); wa != wb {
 			return !wa
 		}
 		if len(ka) != len(kb) {

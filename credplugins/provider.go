@@ -11,16 +11,15 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // Credential is one username and password a plugin answered.
-type Credential struct {
-	Username, Password string
-}
+type Credential = keyring.Credential
 
 // Auth is a plugin's auth map: match keys (registry patterns) to
 // credentials.
-type Auth map[string]Credential
+type Auth = keyring.Auth
 
 // Answer is what one provider gave for one image.
 type Answer struct {
@@ -51,7 +50,7 @@ type plugin struct {
 // matches reports whether the provider handles image.
 func (p *plugin) matches(image string) bool {
 	for _, m := range p.cfg.MatchImages {
-		if MatchImage(m, image) {
+		if keyring.MatchImage(m, image) {
 			return true
 		}
 	}

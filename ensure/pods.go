@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // NodePods is what the guard reads of the Kubernetes API, when it has one:
@@ -135,13 +135,13 @@ func (g *Guard) secretOf(ctx context.Context, meta *runtimeapi.PodSandboxMetadat
 // runtime: username and password only. A secret that does not parse gives
 // none (its pod is then not entitled by it).
 func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig {
-	var cfg *credplugins.DockerConfig
+	var cfg *keyring.DockerConfig
 	var err error
 	switch sec.Type {
 	case corev1.SecretTypeDockerConfigJson:
-		cfg, err = credplugins.ParseDockerConfig(sec.Data[corev1.DockerConfigJsonKey])
+		cfg, err = keyring.ParseDockerConfig(sec.Data[corev1.DockerConfigJsonKey])
 	case corev1.SecretTypeDockercfg:
-		cfg, err = credplugins.ParseDockercfg(sec.Data[corev1.DockerConfigKey])
+		cfg, err = keyring.ParseDockercfg(sec.Data[corev1.DockerConfigKey])
 	default:
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // pluginFlags say where the credential provider configuration is: the
@@ -134,7 +135,7 @@ func pluginsTest(ctx context.Context, out io.Writer, cfg *credplugins.Config, im
 	for _, p := range cfg.Providers {
 		var matched []string
 		for _, m := range p.MatchImages {
-			if credplugins.MatchImage(m, repo) {
+			if keyring.MatchImage(m, repo) {
 				matched = append(matched, m)
 			}
 		}

@@ -7,8 +7,8 @@ import (
 
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
-	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // run answers one request read from in, on out.
@@ -24,7 +24,7 @@ func run(in io.Reader, out io.Writer, configPath string) error {
 	if req.Image == "" {
 		return errors.New("the request names no image")
 	}
-	cfg, err := credplugins.ReadDockerConfig(configPath)
+	cfg, err := keyring.ReadDockerConfig(configPath)
 	if err != nil {
 		return err
 	}

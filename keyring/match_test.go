@@ -1,4 +1,4 @@
-package credplugins
+package keyring
 
 import "testing"
 
@@ -83,7 +83,7 @@ func FuzzMatchImage(f *testing.F) {
 		if got && g.Port() != i.Port() {
 			t.Fatalf("%q matched %q across ports", pattern, image)
 		}
-		if gerr == nil && !isWildcard(pattern) && g.Host != "" && g.RawQuery == "" && g.Fragment == "" && !MatchImage(pattern, pattern) {
+		if gerr == nil && !IsWildcard(pattern) && g.Host != "" && g.RawQuery == "" && g.Fragment == "" && !MatchImage(pattern, pattern) {
 			t.Fatalf("%q does not match itself", pattern)
 		}
 	})

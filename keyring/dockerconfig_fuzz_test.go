@@ -1,4 +1,4 @@
-package credplugins
+package keyring
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package credplugins
+package keyring
 
 import (
 	"net"
@@ -74,7 +74,7 @@ func MatchImage(pattern, image string) bool {
 // must parse as a schemeless URL) and, beyond the kubelet, that its glob
 // labels are well formed, so that a pattern that could never match is an
 // error at start rather than a silent miss at pull time.
-func validateMatchImage(pattern string) error {
+func ValidateMatchImage(pattern string) error {
 	u, err := ParseSchemelessURL(pattern)
 	if err != nil {
 		return err
@@ -112,7 +112,7 @@ func AuthKey(k string) (string, bool) {
 
 // isDefaultRegistryImage reports whether image is pulled from Docker Hub,
 // for which the kubelet also tries credentials keyed "index.docker.io".
-func isDefaultRegistryImage(image string) bool {
+func IsDefaultRegistryImage(image string) bool {
 	first, _, found := strings.Cut(image, "/")
 	if !found {
 		return true
@@ -124,4 +124,4 @@ func isDefaultRegistryImage(image string) bool {
 }
 
 // isWildcard reports whether an auth key has a glob in its host.
-func isWildcard(k string) bool { return strings.ContainsAny(k, "*?[") }
+func IsWildcard(k string) bool { return strings.ContainsAny(k, "*?[") }

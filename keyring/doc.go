@@ -1,0 +1,16 @@
+// Package keyring reads registry credentials as the kubelet's keyring does
+// (pkg/credentialprovider: keyring.go, config.go), apart from the exec
+// plugins that also answer them:
+//   - docker config.json ("auths") and legacy .dockercfg files: the
+//     content of kubernetes.io/dockerconfigjson and dockercfg pull secrets,
+//     and of a node's config.json. Entries are username/password or "auth"
+//     (base64 user:password); parse errors name the entry and never quote
+//     the content, which holds passwords;
+//   - matching: a key or a provider's matchImages pattern against an image
+//     (host labels with globs, an optional port that must match, a path
+//     prefix), and the normalization of keys (scheme and /v1/ stripped,
+//     index.docker.io for Docker Hub).
+//
+// It is tenant input for ensure (a pod's pull secrets) and node input for
+// credplugins; both import it, and neither the other for it.
+package keyring
