@@ -25,6 +25,12 @@ type ImageService interface {
 }
 
 // Options configure Pull.
+// Credentials completes a pull, as the proxy's credential injection does:
+// *credplugins.Injector is the real one.
+type Credentials interface {
+	PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error)
+}
+
 type Options struct {
 	// Parallel bounds the pulls at a time; 0 means 4.
 	Parallel int
@@ -32,7 +38,7 @@ type Options struct {
 	Timeout time.Duration
 	// Credentials completes pulls with plugin credentials (a
 	// credplugins.Injector); nil pulls anonymously.
-	Credentials criproxy.PullImageHook
+	Credentials Credentials
 	// Progress, when set, hears of each image as it starts (Result.Done
 	// false) and ends. Calls are serialized.
 	Progress func(Result)

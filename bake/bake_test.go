@@ -70,7 +70,7 @@ func (f *fakeRuntime) ImageStatus(_ context.Context, in *runtimeapi.ImageStatusR
 // reports its provider.
 type aliceHook struct{}
 
-func (aliceHook) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+func (aliceHook) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	r := proto.CloneOf(req)
 	r.Auth = &runtimeapi.AuthConfig{Username: "alice", Password: "alice-secret"}
 	resp, err := next(ctx, r)

@@ -27,7 +27,7 @@
 //     provider's default, 0 = not cached; lookups image, then registry, then
 //     global; one exec at a time per image; expired entries purged
 //     periodically (Run); bounded.
-//   - Injection (Injector.PullImage, a criproxy hook): a request with its own
+//   - Injection (Injector.PullImage, a criproxy interceptor): a request with its own
 //     auth is forwarded unchanged; otherwise the matching credentials are
 //     tried in order (see Lookup), username and password only, server_address
 //     empty; no credential means an anonymous pull; when all fail, the error

@@ -14,7 +14,11 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
-var _ criproxy.PullImageHook = (*Injector)(nil)
+// Interceptors returns the injector's one interceptor, on PullImage, for
+// criproxy.New.
+func (in *Injector) Interceptors() []criproxy.Interceptor {
+	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, in.PullImage)}
+}
 
 // PullImage completes a pull with the configured plugins' credentials. A
 // request with its own auth (the kubelet's pull secrets, crictl --creds) is
@@ -30,7 +34,7 @@ var _ criproxy.PullImageHook = (*Injector)(nil)
 // with auth gets the runtime's own error, one without is pulled
 // anonymously. When every try fails, the error lists what was tried, never
 // a secret, and carries the runtime's last status code.
-func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	var own error // the request's own credential failed with it
 	if hasAuth(req.GetAuth()) {
 		resp, err := next(ctx, req)

@@ -1,18 +1,22 @@
 // Package criproxy is a CRI v1 endpoint that forwards every call to a
-// container runtime and lets hooks intercept the image path.
+// container runtime and lets interceptors extend any unary method.
 //
 // Contract:
 //
 //   - Every RuntimeService and ImageService method, and any method this
-//     build does not know (a newer kubelet's), is served. Methods no hook
-//     intercepts are forwarded as raw frames, never decoded: unary calls with
+//     build does not know (a newer kubelet's), is served. Methods no
+//     interceptor is on are forwarded as raw frames, never decoded: unary calls with
 //     one Invoke, streams and unknown methods by pumping frames both ways.
 //     Status codes, messages, details, headers, trailers and deadlines arrive
 //     unchanged.
-//   - Six methods can be intercepted by hooks (see PullImageHook and its
-//     siblings): ImageService PullImage, ImageStatus, RemoveImage and
-//     ListImages; RuntimeService CreateContainer and RemovePodSandbox. They
-//     are decoded only when a hook implements them.
+//   - Every unary CRI method can be intercepted: Intercept(m, handler),
+//     where m is one of the typed Method values generated from the
+//     cri-api's service descriptions (methods_gen.go: PullImage,
+//     ImageStatus, CreateContainer, ...), so a handler of the wrong type
+//     does not compile and a new interception point needs no change here.
+//     A method is decoded only when an interceptor is on it;
+//     InterceptFiltered lets it decline calls from the request alone
+//     (ImageStatus on the kubelet's hot path).
 //   - Local errors are mapped to gRPC status codes once, in the typed
 //     handlers (ToStatus); runtime errors pass through as they came.
 //   - Messages up to MaxMessageSize (16 MiB) pass both ways.

@@ -3,6 +3,9 @@ package criproxy
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,42 +37,50 @@ func (r *recorder) note(method string) {
 	*r.log = append(*r.log, r.name+":"+method)
 }
 
-func (r *recorder) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+func (r *recorder) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	r.note("PullImage")
 	req.Image.Image += "+" + r.name
 	return next(ctx, req)
 }
 
-func (r *recorder) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error) {
+func (r *recorder) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next Next[runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse]) (*runtimeapi.ImageStatusResponse, error) {
 	r.note("ImageStatus")
 	return next(ctx, req)
 }
 
-func (r *recorder) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next RemoveImageFunc) (*runtimeapi.RemoveImageResponse, error) {
+func (r *recorder) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next Next[runtimeapi.RemoveImageRequest, runtimeapi.RemoveImageResponse]) (*runtimeapi.RemoveImageResponse, error) {
 	r.note("RemoveImage")
 	return next(ctx, req)
 }
 
-func (r *recorder) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest, next ListImagesFunc) (*runtimeapi.ListImagesResponse, error) {
+func (r *recorder) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest, next Next[runtimeapi.ListImagesRequest, runtimeapi.ListImagesResponse]) (*runtimeapi.ListImagesResponse, error) {
 	r.note("ListImages")
 	return next(ctx, req)
 }
 
-func (r *recorder) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
+func (r *recorder) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	r.note("CreateContainer")
 	return next(ctx, req)
 }
 
-func (r *recorder) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next RemovePodSandboxFunc) (*runtimeapi.RemovePodSandboxResponse, error) {
+func (r *recorder) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next Next[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	r.note("RemovePodSandbox")
 	return next(ctx, req)
 }
 
-func TestHooksOnEveryInterceptionPoint(t *testing.T) {
+// interceptors puts the recorder on its six methods.
+func (r *recorder) interceptors() []Interceptor {
+	return []Interceptor{
+		Intercept(PullImage, r.PullImage), Intercept(ImageStatus, r.ImageStatus), Intercept(RemoveImage, r.RemoveImage),
+		Intercept(ListImages, r.ListImages), Intercept(CreateContainer, r.CreateContainer), Intercept(RemovePodSandbox, r.RemovePodSandbox),
+	}
+}
+
+func TestInterceptorsOnSixMethods(t *testing.T) {
 	t.Parallel()
 	var log []string
 	outer, inner := &recorder{name: "outer", log: &log}, &recorder{name: "inner", log: &log}
-	rig := newProxyRig(t, Options{Hooks: []any{outer, inner}}, false)
+	rig := newProxyRig(t, Options{Interceptors: append(outer.interceptors(), inner.interceptors()...)}, false)
 	ctx := context.Background()
 
 	pull, err := rig.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "app"}})
@@ -116,7 +127,7 @@ func TestHooksOnEveryInterceptionPoint(t *testing.T) {
 // and failing for others.
 type onlyPull struct{}
 
-func (onlyPull) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next PullImageFunc) (*runtimeapi.PullImageResponse, error) {
+func (onlyPull) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	switch req.GetImage().GetImage() {
 	case "answer-locally":
 		return &runtimeapi.PullImageResponse{ImageRef: "sha256:local"}, nil
@@ -130,7 +141,7 @@ func (onlyPull) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 
 func TestHookAnswersAndErrors(t *testing.T) {
 	t.Parallel()
-	rig := newProxyRig(t, Options{Hooks: []any{onlyPull{}}}, false)
+	rig := newProxyRig(t, Options{Interceptors: []Interceptor{Intercept(PullImage, onlyPull{}.PullImage)}}, false)
 	ctx := context.Background()
 
 	for _, tc := range []struct {
@@ -192,7 +203,7 @@ func pullImage(rig *proxyRig, ctx context.Context, image string, opts ...grpc.Ca
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	rig := newProxyRig(t, Options{Registerer: reg, Hooks: []any{onlyPull{}}}, false)
+	rig := newProxyRig(t, Options{Registerer: reg, Interceptors: []Interceptor{Intercept(PullImage, onlyPull{}.PullImage)}}, false)
 	ctx := context.Background()
 	rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
 	rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
@@ -230,7 +241,7 @@ func (p *picky) WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool {
 	return !strings.HasPrefix(req.GetImage().GetImage(), "skip-")
 }
 
-func (p *picky) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error) {
+func (p *picky) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next Next[runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse]) (*runtimeapi.ImageStatusResponse, error) {
 	p.calls.Add(1)
 	return next(ctx, req)
 }
@@ -244,7 +255,7 @@ func TestImageStatusFilter(t *testing.T) {
 
 	t.Run("a declined call reaches the runtime without the hook, answer intact", func(t *testing.T) {
 		h := &picky{}
-		rig := newProxyRig(t, Options{Hooks: []any{h}}, false)
+		rig := newProxyRig(t, Options{Interceptors: []Interceptor{InterceptFiltered(ImageStatus, h.ImageStatus, h.WantsImageStatus)}}, false)
 		resp, err := status(rig, "skip-me")
 		if err != nil || resp.GetImage().GetId() != "sha256:runtime" || resp.GetImage().GetRepoTags()[0] != "skip-me" {
 			t.Fatalf("got %v, %v", resp, err)
@@ -263,7 +274,7 @@ func TestImageStatusFilter(t *testing.T) {
 	t.Run("a hook that cannot decline gets every call", func(t *testing.T) {
 		h := &picky{}
 		var log []string
-		rig := newProxyRig(t, Options{Hooks: []any{h, &recorder{name: "r", log: &log}}}, false)
+		rig := newProxyRig(t, Options{Interceptors: []Interceptor{InterceptFiltered(ImageStatus, h.ImageStatus, h.WantsImageStatus), Intercept(ImageStatus, (&recorder{name: "r", log: &log}).ImageStatus)}}, false)
 		if _, err := status(rig, "skip-me"); err != nil {
 			t.Fatal(err)
 		}
@@ -271,4 +282,54 @@ func TestImageStatusFilter(t *testing.T) {
 			t.Errorf("recorder %v, picky %d: both must run when one cannot decline", log, h.calls.Load())
 		}
 	})
+}
+
+func TestAnyUnaryMethodCanBeIntercepted(t *testing.T) {
+	t.Parallel()
+	// Version was never an interception point: its Method value is
+	// generated from the cri-api like every other one.
+	var calls atomic.Int32
+	version := func(ctx context.Context, req *runtimeapi.VersionRequest, next Next[runtimeapi.VersionRequest, runtimeapi.VersionResponse]) (*runtimeapi.VersionResponse, error) {
+		calls.Add(1)
+		resp, err := next(ctx, req)
+		if err == nil {
+			resp.RuntimeName += "+intercepted"
+		}
+		return resp, err
+	}
+	rig := newProxyRig(t, Options{Interceptors: []Interceptor{Intercept(Version, version)}}, false)
+	resp, err := rig.rt.Version(context.Background(), &runtimeapi.VersionRequest{})
+	if err != nil || calls.Load() != 1 || !strings.HasSuffix(resp.GetRuntimeName(), "+intercepted") {
+		t.Errorf("Version = %v, %v; the interceptor ran %d times", resp, err, calls.Load())
+	}
+	if n := len(unaryMethods); n < 30 {
+		t.Errorf("only %d unary CRI methods were generated", n)
+	}
+}
+
+func TestAnInterceptorOnAMethodThatIsNotACRIMethodIsRefused(t *testing.T) {
+	t.Parallel()
+	forged := Method[runtimeapi.VersionRequest, runtimeapi.VersionResponse]{FullMethod: "/runtime.v1.RuntimeService/NoSuchMethod"}
+	_, err := New(&Backend{}, Options{Interceptors: []Interceptor{Intercept(forged, func(ctx context.Context, req *runtimeapi.VersionRequest, next Next[runtimeapi.VersionRequest, runtimeapi.VersionResponse]) (*runtimeapi.VersionResponse, error) {
+		return next(ctx, req)
+	})}})
+	if err == nil || !strings.Contains(err.Error(), "NoSuchMethod") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestGeneratedMethodsAreUpToDate(t *testing.T) {
+	t.Parallel()
+	// Regenerating from this build's cri-api changes nothing (run go
+	// generate ./criproxy after updating k8s.io/cri-api).
+	out := filepath.Join(t.TempDir(), "methods_gen.go")
+	cmd := exec.Command("go", "run", "./internal/genmethods", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	want, _ := os.ReadFile(out)
+	got, _ := os.ReadFile("methods_gen.go")
+	if string(got) != string(want) {
+		t.Errorf("methods_gen.go is stale: run go generate ./criproxy")
+	}
 }

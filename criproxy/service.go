@@ -11,9 +11,9 @@ import (
 
 // Options configure a Server. The zero value serves a plain pass-through.
 type Options struct {
-	// Hooks extend the intercepted methods, outermost first. Each value
-	// implements one or more of the *Hook interfaces of this package.
-	Hooks []any
+	// Interceptors extend the proxy on the methods they are on, outermost
+	// first (see Intercept).
+	Interceptors []Interceptor
 	// Logger receives request logs (debug level) and errors. Nil: discard.
 	Logger *slog.Logger
 	// Registerer receives the request metrics. Nil: no metrics.
@@ -22,18 +22,21 @@ type Options struct {
 
 // Server is the CRI endpoint: it serves every RuntimeService and
 // ImageService method, and any method it does not know, by forwarding it
-// to the Backend; the methods some hook implements go through the hooks.
+// to the Backend; the methods interceptors are on go through them.
 type Server struct {
-	backend *Backend
-	hooks   []any
-	log     *slog.Logger
-	metrics *metrics
-	grpc    *grpc.Server
+	backend      *Backend
+	interceptors []Interceptor
+	log          *slog.Logger
+	metrics      *metrics
+	grpc         *grpc.Server
 }
 
 // New returns a Server that forwards to backend.
 func New(backend *Backend, opts Options) (*Server, error) {
-	s := &Server{backend: backend, hooks: opts.Hooks, log: opts.Logger}
+	if err := checkInterceptors(opts.Interceptors); err != nil {
+		return nil, err
+	}
+	s := &Server{backend: backend, interceptors: opts.Interceptors, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -44,7 +44,7 @@ func TestShutdown(t *testing.T) {
 	})
 
 	t.Run("past the timeout the calls left are cancelled", func(t *testing.T) {
-		rig := newProxyRig(t, Options{Hooks: []any{onlyPull{}}}, false) // the typed path too
+		rig := newProxyRig(t, Options{Interceptors: []Interceptor{Intercept(PullImage, onlyPull{}.PullImage)}}, false) // the typed path too
 		pull := startSlowPull(t, rig)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()

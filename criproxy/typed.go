@@ -13,38 +13,36 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// typedServices builds the service descriptions of the intercepted methods
-// that at least one hook implements. All other methods, including the rest
-// of these two services, reach the pass-through handler: gRPC falls back to
-// the unknown-service handler for a known service's unknown method.
+// typedServices builds the service descriptions of the intercepted
+// methods, one method per group of interceptors on it. All other methods,
+// including the rest of these services, reach the pass-through handler:
+// gRPC falls back to the unknown-service handler for a known service's
+// unknown method.
 func (s *Server) typedServices() []*grpc.ServiceDesc {
-	images := &grpc.ServiceDesc{ServiceName: runtimeapi.ImageService_ServiceDesc.ServiceName, HandlerType: (*any)(nil)}
-	runtime := &grpc.ServiceDesc{ServiceName: runtimeapi.RuntimeService_ServiceDesc.ServiceName, HandlerType: (*any)(nil)}
-	add := func(sd *grpc.ServiceDesc, md grpc.MethodDesc, used bool) {
-		if used {
-			sd.Methods = append(sd.Methods, md)
+	byMethod := map[string][]Interceptor{}
+	var order []string
+	for _, i := range s.interceptors {
+		if _, seen := byMethod[i.fullMethod]; !seen {
+			order = append(order, i.fullMethod)
 		}
+		byMethod[i.fullMethod] = append(byMethod[i.fullMethod], i)
 	}
-	img, rt := s.backend.Image, s.backend.Runtime
-
-	h1, ok := chain(s.hooks, PullImageHook.PullImage, invoke[*runtimeapi.PullImageRequest, runtimeapi.PullImageResponse](img, runtimeapi.ImageService_PullImage_FullMethodName))
-	add(images, typedMethod(images.ServiceName, "PullImage", h1), ok)
-	h2, ok := chain(s.hooks, ImageStatusHook.ImageStatus, invoke[*runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse](img, runtimeapi.ImageService_ImageStatus_FullMethodName))
-	add(images, filteredMethod(images.ServiceName, "ImageStatus", h2, imageStatusFilter(s.hooks), img), ok)
-	h3, ok := chain(s.hooks, RemoveImageHook.RemoveImage, invoke[*runtimeapi.RemoveImageRequest, runtimeapi.RemoveImageResponse](img, runtimeapi.ImageService_RemoveImage_FullMethodName))
-	add(images, typedMethod(images.ServiceName, "RemoveImage", h3), ok)
-	h4, ok := chain(s.hooks, ListImagesHook.ListImages, invoke[*runtimeapi.ListImagesRequest, runtimeapi.ListImagesResponse](img, runtimeapi.ImageService_ListImages_FullMethodName))
-	add(images, typedMethod(images.ServiceName, "ListImages", h4), ok)
-	h5, ok := chain(s.hooks, CreateContainerHook.CreateContainer, invoke[*runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse](rt, runtimeapi.RuntimeService_CreateContainer_FullMethodName))
-	add(runtime, typedMethod(runtime.ServiceName, "CreateContainer", h5), ok)
-	h6, ok := chain(s.hooks, RemovePodSandboxHook.RemovePodSandbox, invoke[*runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse](rt, runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName))
-	add(runtime, typedMethod(runtime.ServiceName, "RemovePodSandbox", h6), ok)
-
+	services := map[string]*grpc.ServiceDesc{}
 	var out []*grpc.ServiceDesc
-	for _, sd := range []*grpc.ServiceDesc{images, runtime} {
-		if len(sd.Methods) > 0 {
+	for _, fullMethod := range order {
+		on := byMethod[fullMethod]
+		service, name := splitMethod(fullMethod)
+		cc := s.backend.Runtime
+		if service == runtimeapi.ImageService_ServiceDesc.ServiceName {
+			cc = s.backend.Image
+		}
+		sd := services[service]
+		if sd == nil {
+			sd = &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil)}
+			services[service] = sd
 			out = append(out, sd)
 		}
+		sd.Methods = append(sd.Methods, on[0].serve(service, name, on, cc))
 	}
 	return out
 }
@@ -119,30 +117,6 @@ func invoke[Req proto.Message, Resp any, PResp interface {
 // Unknown, as containerd itself answers.
 func ToStatus(err error) error {
 	return errgrpc.ToGRPC(err)
-}
-
-// imageStatusFilter returns whether some ImageStatus hook wants a call, or
-// nil when a hook cannot tell from the request (it wants every call).
-func imageStatusFilter(hooks []any) func(*runtimeapi.ImageStatusRequest) bool {
-	var filters []ImageStatusFilter
-	for _, h := range hooks {
-		if _, ok := h.(ImageStatusHook); !ok {
-			continue
-		}
-		f, ok := h.(ImageStatusFilter)
-		if !ok {
-			return nil
-		}
-		filters = append(filters, f)
-	}
-	return func(req *runtimeapi.ImageStatusRequest) bool {
-		for _, f := range filters {
-			if f.WantsImageStatus(req) {
-				return true
-			}
-		}
-		return false
-	}
 }
 
 // filteredMethod is typedMethod for a method whose hooks may decline a call

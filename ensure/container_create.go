@@ -13,6 +13,12 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
+func init() {
+	register(func(g *Guard) criproxy.Interceptor {
+		return criproxy.Intercept(criproxy.CreateContainer, g.CreateContainer)
+	})
+}
+
 // imageUse is one image a container would see, and where the request
 // names it.
 type imageUse struct {
@@ -38,7 +44,7 @@ func containerImages(cfg *runtimeapi.ContainerConfig) []imageUse {
 // image, the images of its image volumes, by whatever name or ID they are
 // given) needs verification and the pod has neither a grant for it nor,
 // with the API, an entitlement. Each image gets the same decision.
-func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.CreateContainerFunc) (*runtimeapi.CreateContainerResponse, error) {
+func (g *Guard) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	pod := req.GetSandboxConfig().GetMetadata()
 	for _, use := range containerImages(req.GetConfig()) {
 		if err := g.admit(ctx, pod, use); err != nil {

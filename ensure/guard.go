@@ -16,7 +16,6 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -120,14 +119,6 @@ type Guard struct {
 	leftover      []Intent
 	leftoverCount atomic.Int64
 }
-
-var (
-	_ criproxy.ImageStatusHook      = (*Guard)(nil)
-	_ criproxy.PullImageHook        = (*Guard)(nil)
-	_ criproxy.RemoveImageHook      = (*Guard)(nil)
-	_ criproxy.CreateContainerHook  = (*Guard)(nil)
-	_ criproxy.RemovePodSandboxHook = (*Guard)(nil)
-)
 
 // NewGuard returns the hooks for store and policy; images and sandboxes
 // reach the runtime directly.
@@ -279,18 +270,6 @@ func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) 
 	return false, "the request's credential was never verified for " + repo
 }
 
-// WantsImageStatus lets ImageStatus calls the guard can never hide pass
-// undecoded (criproxy.ImageStatusFilter): lookups by ID, and, by policy,
-// repositories no record restricts and no pull in flight concerns. It
-// reads memory only.
-func (g *Guard) WantsImageStatus(req *runtimeapi.ImageStatusRequest) bool {
-	repo, ok := g.repository(req.GetImage().GetImage())
-	if !ok {
-		return false
-	}
-	return g.repoMayNeedVerification(repo)
-}
-
 // repoMayNeedVerification reports, from memory only, whether an image
 // listed as repo may need verification: it errs towards true.
 func (g *Guard) repoMayNeedVerification(repo string) bool {
@@ -306,8 +285,6 @@ func (g *Guard) repoMayNeedVerification(repo string) bool {
 	}
 	return true
 }
-
-var _ criproxy.ImageStatusFilter = (*Guard)(nil)
 
 // parse is imageref's parse of image, remembered: the same few names
 // come back on every kubelet sync, and parsing one costs microseconds.
@@ -333,142 +310,6 @@ func (g *Guard) listedAs(img *runtimeapi.Image, repo string) bool {
 	return false
 }
 
-// ImageStatus answers "not present" for a present image whose repository
-// needs verification; see the package documentation.
-func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next criproxy.ImageStatusFunc) (*runtimeapi.ImageStatusResponse, error) {
-	resp, err := next(ctx, req)
-	if err != nil || resp.GetImage() == nil {
-		return resp, err
-	}
-	name := req.GetImage().GetImage()
-	repo, ok := g.repository(name)
-	if !ok || !g.listedAs(resp.Image, repo) {
-		return resp, nil // a lookup by ID: answered as the runtime answers, CreateContainer decides
-	}
-	d := g.decide(resp.Image.Id, repo)
-	if !d.verify {
-		return resp, nil
-	}
-	if ok, why := g.showToWaiters(ctx, name, resp.Image.Id, repo); ok {
-		g.logDecision(ctx, "ImageStatus: shown", name, resp.Image.Id, "", why)
-		return resp, nil
-	}
-	g.hidden.add(name, resp.Image.Id, g.clock.Now())
-	g.metrics.hidden.Inc()
-	g.logDecision(ctx, "ImageStatus: hidden", name, resp.Image.Id, "", d.rule)
-	return &runtimeapi.ImageStatusResponse{}, nil
-}
-
-// PullImage answers from the node a pull whose credential is already
-// verified (right after a hide), and otherwise forwards it and records the
-// credential once the registry accepted it.
-func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.PullImageFunc) (*runtimeapi.PullImageResponse, error) {
-	name := req.GetImage().GetImage()
-	repo, ok := g.repository(name)
-	if !ok {
-		return next(ctx, req)
-	}
-	cred := Credential{Hash: g.store.HashAuth(req.GetAuth())}
-	pod := req.GetSandboxConfig().GetMetadata()
-
-	if ref, hidden := g.hidden.peek(name, g.clock.Now()); hidden {
-		ok, why := g.verified(ref, repo, cred)
-		if !ok && g.pods != nil && pod.GetUid() != "" {
-			// As the kubelet's MustAttemptImagePull: the pod may be entitled
-			// by another of its pull secrets (rotated included), or by its
-			// service account (a token plugin behind the proxy).
-			if kpod, err := g.pods.Pod(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid()); err == nil {
-				ok, why = g.entitled(ctx, kpod, ref, repo)
-			}
-		}
-		if ok {
-			g.hidden.take(name)
-			g.grants.grant(pod.GetUid(), ref, g.clock.Now())
-			g.metrics.reuses.Inc()
-			g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", name, ref, podName(pod), why)
-			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
-		}
-	}
-
-	intent, err := g.store.AddIntent(name)
-	if err != nil {
-		// As the kubelet: no intent, no pull (a crash could not be told apart
-		// from a preloaded image).
-		g.metrics.recordErr.Inc()
-		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", name, "err", err)
-		return nil, fmt.Errorf("ensure: cannot note the pull of %s before it starts: %w", name, err)
-	}
-	g.pending.inc(repo)
-	defer g.pending.dec(repo)
-	ctx, reported := criproxy.WithPullReport(ctx)
-	resp, err := next(ctx, req)
-	if err != nil {
-		g.metrics.pulls.WithLabelValues("failure").Inc()
-		if derr := g.store.DropIntent(intent); derr != nil {
-			g.log.Warn("dropping a pull intent failed; it will be dropped at start", "image", name, "err", derr)
-		}
-		if g.hasLeftover() {
-			g.settlePulled(name)
-		}
-		return nil, err
-	}
-	g.metrics.pulls.WithLabelValues("success").Inc()
-	g.hidden.take(name)
-	// The record holds the credential that succeeded: a plugin's, when an
-	// inner hook reports one (the request had none, or the registry refused
-	// the request's own), else the request's.
-	if r, ok := reported(); ok {
-		if r.ServiceAccount != nil {
-			// A token plugin pulled it with the pod's service account.
-			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}}
-		} else {
-			// Node-wide plugin credentials: every pod of the node could pull
-			// it the same way.
-			cred = Credential{Node: true}
-		}
-	} else if cred.Hash == "" {
-		cred.Node = true // anonymous
-	}
-	if cred.Hash != "" {
-		cred.Secret = g.secretOf(ctx, pod, repo, cred.Hash)
-	}
-	ref := g.imageID(ctx, name, resp.GetImageRef())
-	unlock := g.refs.lock(ref)
-	defer unlock()
-	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
-		// The intent stays on disk: at the next start it becomes a record
-		// with no credential. Until then, as the kubelet's intent counter
-		// does, the image counts as pulled by the proxy with no verified
-		// credential, by its repository and by its ID: never as preloaded.
-		g.pending.inc(repo)
-		g.unrecorded.inc(ref)
-		g.metrics.recordErr.Inc()
-		g.log.Error("recording a verified pull failed; the image needs verification by every other pod until a restart settles its intent",
-			"image", name, "imageRef", ref, "err", err)
-	}
-	g.grants.grant(pod.GetUid(), ref, g.clock.Now())
-	if g.hasLeftover() {
-		g.settlePulled(name)
-	}
-	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", name, ref, podName(pod), describe(cred))
-	return resp, nil
-}
-
-// imageID returns the image ID a pull's image_ref stands for: the
-// ref itself when it is an ID (containerd), else what the runtime answers
-// for the name (a runtime that answers a repo digest). When it cannot be
-// told, the ref is kept: a record under it can only be missed, never
-// match another image.
-func (g *Guard) imageID(ctx context.Context, name, ref string) string {
-	if imageref.IsID(ref) {
-		return ref
-	}
-	if st, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}}); err == nil && st.GetImage().GetId() != "" {
-		return st.GetImage().GetId()
-	}
-	return ref
-}
-
 // resolve returns the image ID of spec and the repository it is known
 // under ("" when it cannot be told), asking the runtime itself.
 func (g *Guard) resolve(ctx context.Context, spec *runtimeapi.ImageSpec) (ref, repo string, err error) {
@@ -483,40 +324,6 @@ func (g *Guard) resolve(ctx context.Context, spec *runtimeapi.ImageSpec) (ref, r
 		}
 	}
 	return img.Id, "", nil
-}
-
-// RemovePodSandbox drops the pod's grants once the runtime removed it.
-func (g *Guard) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next criproxy.RemovePodSandboxFunc) (*runtimeapi.RemovePodSandboxResponse, error) {
-	uid := ""
-	if st, err := g.sandboxes.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: req.GetPodSandboxId()}); err == nil {
-		uid = st.GetStatus().GetMetadata().GetUid()
-	}
-	resp, err := next(ctx, req)
-	if err == nil && uid != "" {
-		g.grants.dropPod(uid)
-	}
-	return resp, err
-}
-
-// RemoveImage drops the image's record once the runtime removed it.
-func (g *Guard) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next criproxy.RemoveImageFunc) (*runtimeapi.RemoveImageResponse, error) {
-	ref, _, _ := g.resolve(ctx, req.GetImage())
-	resp, err := next(ctx, req)
-	if err != nil || ref == "" {
-		return resp, err
-	}
-	// containerd removes the image with every name it has; if some name
-	// is left (another runtime), the record must stay. A pull of the image
-	// finishing meanwhile records after the forget (refLocks).
-	unlock := g.refs.lock(ref)
-	defer unlock()
-	if st, serr := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); serr == nil && st.GetImage() == nil {
-		if _, ferr := g.store.Forget(ref); ferr != nil {
-			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", ferr)
-		}
-		g.grants.dropImage(ref)
-	}
-	return resp, nil
 }
 
 func podName(m *runtimeapi.PodSandboxMetadata) string {

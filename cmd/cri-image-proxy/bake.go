@@ -95,7 +95,7 @@ func runBake(cmd *cobra.Command, f *bakeFlags) error {
 			f.recordDB = cfg.EnsureSecretPulledImages.DatabasePath
 		}
 	}
-	var creds criproxy.PullImageHook
+	var creds bake.Credentials
 	switch {
 	case f.dockerConfig != "":
 		in, err := credplugins.NewFromDockerConfig(f.dockerConfig, credplugins.Options{})

@@ -195,8 +195,8 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// Hooks, outermost first.
-	var hooks []any
+	// Interceptors, outermost first.
+	var interceptors []criproxy.Interceptor
 	var background []func(context.Context)
 	var identity *podtoken.Source
 	if k := cfg.Kubernetes; k != nil {
@@ -212,7 +212,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		if err != nil {
 			return err
 		}
-		hooks = append(hooks, injector)
+		interceptors = append(interceptors, injector.Interceptors()...)
 		accounts = injector
 		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
 		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
@@ -225,7 +225,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 			return err
 		}
 		defer store.Close()
-		hooks = append([]any{guard}, hooks...) // outermost: it sees what the injector did
+		interceptors = append(guard.Interceptors(), interceptors...) // outermost: it sees what the injector did
 		background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
 		l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
 		if err != nil {
@@ -235,7 +235,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		admin = &http.Server{Handler: ensure.NewAdminHandler(&ensure.LocalAdmin{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
 		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket)
 	}
-	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Hooks: hooks})
+	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Interceptors: interceptors})
 	if err != nil {
 		return err
 	}

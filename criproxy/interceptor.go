@@ -1,0 +1,130 @@
+package criproxy
+
+//go:generate go run ./internal/genmethods methods_gen.go
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// Method is a unary CRI method and its request and response types. Every
+// one of them has a value in methods_gen.go (PullImage, ImageStatus,
+// CreateContainer, ...), generated from the cri-api's service
+// descriptions: intercepting any of them needs no change here.
+type Method[Req, Resp any] struct {
+	FullMethod string // "/runtime.v1.ImageService/PullImage"
+}
+
+// Next continues an intercepted call: the next interceptor of the method,
+// and finally the runtime.
+type Next[Req, Resp any] = func(context.Context, *Req) (*Resp, error)
+
+// Handler intercepts one call. It may change the request, call next any
+// number of times (say, once per candidate credential), or answer without
+// calling it at all. Errors it returns are mapped to gRPC status codes once,
+// at the edge (ToStatus): return the runtime's errors as they are, and wrap
+// local ones around the sentinels of github.com/containerd/errdefs.
+type Handler[Req, Resp any] = func(ctx context.Context, req *Req, next Next[Req, Resp]) (*Resp, error)
+
+// Interceptor is one handler on one method, made by Intercept. Interceptors
+// are given to New in order, outermost first. A method no interceptor is on
+// is passed through without decoding, so an interception point costs
+// nothing until something uses it.
+type Interceptor struct {
+	fullMethod string
+	handler    any // Handler[Req, Resp]
+	filter     any // func(*Req) bool, or nil
+	// serve builds the method's handler from every interceptor on it
+	// (outermost first), all of the same types as this one.
+	serve func(service, name string, on []Interceptor, cc *grpc.ClientConn) grpc.MethodDesc
+}
+
+// Intercept puts h on method m. A handler of the wrong type for m does
+// not compile.
+func Intercept[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](m Method[Req, Resp], h Handler[Req, Resp]) Interceptor {
+	return Interceptor{fullMethod: m.FullMethod, handler: h, serve: serveMethod[Req, Resp, PReq, PResp]}
+}
+
+// InterceptFiltered is Intercept with a filter that may decline a call from
+// its request alone, cheaply: when every interceptor of the method declines,
+// the call is forwarded as raw frames and its response never decoded, as
+// if nothing intercepted it. An interceptor without a filter wants every
+// call. It runs on every call of the method.
+func InterceptFiltered[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](m Method[Req, Resp], h Handler[Req, Resp], wants func(*Req) bool) Interceptor {
+	i := Intercept[Req, Resp, PReq, PResp](m, h)
+	i.filter = wants
+	return i
+}
+
+// FullMethod is the method the interceptor is on.
+func (i Interceptor) FullMethod() string { return i.fullMethod }
+
+// serveMethod composes the handlers on one method around the call to the
+// runtime and serves it, filtered when every interceptor has a filter.
+func serveMethod[Req, Resp any, PReq interface {
+	*Req
+	proto.Message
+}, PResp interface {
+	*Resp
+	proto.Message
+}](service, name string, on []Interceptor, cc *grpc.ClientConn) grpc.MethodDesc {
+	last := invoke[PReq, Resp, PResp](cc, "/"+service+"/"+name)
+	h := func(ctx context.Context, req *Req) (*Resp, error) {
+		resp, err := last(ctx, PReq(req))
+		return (*Resp)(resp), err
+	}
+	var filters []func(*Req) bool
+	filtered := true
+	for i := len(on) - 1; i >= 0; i-- {
+		handler := on[i].handler.(Handler[Req, Resp])
+		next := h
+		h = func(ctx context.Context, req *Req) (*Resp, error) { return handler(ctx, req, next) }
+		if f, ok := on[i].filter.(func(*Req) bool); ok && f != nil {
+			filters = append(filters, f)
+		} else {
+			filtered = false
+		}
+	}
+	typed := func(ctx context.Context, req PReq) (PResp, error) {
+		resp, err := h(ctx, (*Req)(req))
+		return PResp(resp), err
+	}
+	if !filtered {
+		return typedMethod(service, name, typed)
+	}
+	wants := func(req PReq) bool {
+		for _, f := range filters {
+			if f((*Req)(req)) {
+				return true
+			}
+		}
+		return false
+	}
+	return filteredMethod(service, name, typed, wants, cc)
+}
+
+// checkInterceptors refuses an interceptor on a method this build does not
+// know as unary (only a Method value of methods_gen.go makes one).
+func checkInterceptors(on []Interceptor) error {
+	for _, i := range on {
+		if _, ok := unaryMethods[i.fullMethod]; !ok || i.serve == nil {
+			return fmt.Errorf("criproxy: cannot intercept %q: not a unary CRI method of this build", i.fullMethod)
+		}
+	}
+	return nil
+}

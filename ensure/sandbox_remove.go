@@ -1,0 +1,28 @@
+package ensure
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+)
+
+func init() {
+	register(func(g *Guard) criproxy.Interceptor {
+		return criproxy.Intercept(criproxy.RemovePodSandbox, g.RemovePodSandbox)
+	})
+}
+
+// RemovePodSandbox drops the pod's grants once the runtime removed it.
+func (g *Guard) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next criproxy.Next[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
+	uid := ""
+	if st, err := g.sandboxes.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: req.GetPodSandboxId()}); err == nil {
+		uid = st.GetStatus().GetMetadata().GetUid()
+	}
+	resp, err := next(ctx, req)
+	if err == nil && uid != "" {
+		g.grants.dropPod(uid)
+	}
+	return resp, err
+}
