@@ -73,7 +73,7 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 			"image", shown, "field", use.field, "pod", podName(pod), "err", err)
 		return fmt.Errorf("image %q for pod %s: %w: the image check could not be made; retry", shown, podName(pod), errdefs.ErrUnavailable)
 	case ref != "":
-	case use.field == "image" && g.policy.Name() != NeverVerify:
+	case use.field == "image" && g.policy.VerificationRequired("", true):
 		// Not an image of the node (absent, or a name the runtime cannot
 		// parse), yet containerd may still create from it: a file path,
 		// absolute or relative to its working directory, is restored as a
@@ -131,14 +131,11 @@ func runtimeAnswered(err error) bool {
 // the records say it cannot. Used when the runtime cannot tell which image
 // a name stands for.
 func (g *Guard) mayNeedVerification(image string) bool {
-	if g.policy.Name() == NeverVerify {
-		return false
-	}
 	repo, ok := g.repository(image)
 	if !ok || imageref.MayBeIDPrefix(image) {
 		// An ID, or a name containerd may resolve as a prefix of one: it can
-		// stand for any image.
-		return true
+		// stand for any image the proxy pulled.
+		return g.policy.VerificationRequired("", true)
 	}
 	return g.repoMayNeedVerification(repo)
 }

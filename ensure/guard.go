@@ -90,7 +90,7 @@ type GuardOptions struct {
 // concurrent use.
 type Guard struct {
 	store     RecordStore
-	policy    *Policy
+	policy    Policy
 	images    runtimeImages
 	sandboxes runtimeSandboxes
 	grants    *grantTable
@@ -122,7 +122,7 @@ type Guard struct {
 
 // NewGuard returns the hooks for store and policy; images and sandboxes
 // reach the runtime directly.
-func NewGuard(store RecordStore, policy *Policy, images runtimeImages, sandboxes runtimeSandboxes, opts GuardOptions) (*Guard, error) {
+func NewGuard(store RecordStore, policy Policy, images runtimeImages, sandboxes runtimeSandboxes, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		store: store, policy: policy, images: images, sandboxes: sandboxes,
 		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(), refs: newRefLocks(),
@@ -203,12 +203,8 @@ func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
 		}
 	}
 	pulled := g.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) || (rec == nil && g.unrecorded.has(imageRef))
-	if !g.policy.verificationRequired(repo, pulled) {
-		why := fmt.Sprintf("policy %s does not require verification", g.policy.Name())
-		if g.policy.Name() == NeverVerifyPreloadedImages {
-			why = "preloaded: the proxy never pulled it as " + orUnknown(repo)
-		}
-		return decision{false, resultPolicyAllowed, why}
+	if !g.policy.VerificationRequired(repo, pulled) {
+		return decision{false, resultPolicyAllowed, g.policy.WhyNot(repo)}
 	}
 	if rec == nil {
 		return decision{true, resultMustAuth, "no record of a verified pull"}
@@ -273,18 +269,11 @@ func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) 
 // repoMayNeedVerification reports, from memory only, whether an image
 // listed as repo may need verification: it errs towards true.
 func (g *Guard) repoMayNeedVerification(repo string) bool {
-	switch g.policy.Name() {
-	case NeverVerify:
-		return false
-	case NeverVerifyPreloadedImages:
-		// decide hides only what the proxy pulled, and among those only a
-		// repository with a restricted mapping, or with a pull in flight.
-		return g.pending.has(repo) || g.store.Restricted(repo)
-	case NeverVerifyAllowlistedImages:
-		return !g.policy.allowlisted(repo)
-	}
-	return true
+	return g.policy.MayNeedVerification(repo, g)
 }
+
+func (g *Guard) pullInFlight(repo string) bool { return g.pending.has(repo) }
+func (g *Guard) restricted(repo string) bool   { return g.store.Restricted(repo) }
 
 // parse is imageref's parse of image, remembered: the same few names
 // come back on every kubelet sync, and parsing one costs microseconds.

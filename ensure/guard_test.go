@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -510,6 +511,22 @@ func TestRecordsAndIntents(t *testing.T) {
 	})
 }
 
+func TestEveryPolicyIsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ensure.Policies {
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("docs/configuration.md does not name policy %s", name)
+		}
+		if !strings.Contains(ensure.PolicyHelp(), name+": ") {
+			t.Errorf("the flag help does not say what %s does", name)
+		}
+	}
+}
+
 func TestPolicyValidation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -548,7 +565,9 @@ func TestPolicyValidation(t *testing.T) {
 func TestTheFilterNeverSkipsAHide(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, policy := range []ensure.PolicyName{ensure.NeverVerify, ensure.NeverVerifyPreloadedImages, ensure.NeverVerifyAllowlistedImages, ensure.AlwaysVerify} {
+	// Every policy of the table, a new one included, must pass.
+	for _, name := range ensure.Policies {
+		policy := ensure.PolicyName(name)
 		for _, preload := range []bool{false, true} {
 			var allow []string
 			if policy == ensure.NeverVerifyAllowlistedImages {

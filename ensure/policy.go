@@ -26,47 +26,101 @@ const (
 	AlwaysVerify = kubeletconfigv1beta1.AlwaysVerify
 )
 
-// Policies lists the supported policy names.
-var Policies = []string{string(NeverVerify), string(NeverVerifyPreloadedImages), string(NeverVerifyAllowlistedImages), string(AlwaysVerify)}
+// Policy decides which images need credential verification: one type per
+// kubelet policy, each in its own file (policy_*.go), made by NewPolicy
+// from the policies table. Every policy must pass
+// TestTheFilterNeverSkipsAHide: MayNeedVerification is never false for an
+// image the guard would hide.
+type Policy interface {
+	// Name is the kubelet's name of the policy.
+	Name() PolicyName
+	// VerificationRequired is the kubelet's
+	// RequireCredentialVerificationForImage: whether an image of repo
+	// ("" when unknown) needs verification at all, given whether the proxy
+	// pulled it.
+	VerificationRequired(repo string, pulledByProxy bool) bool
+	// MayNeedVerification answers from memory only, erring towards true,
+	// whether an image listed as repo may need verification: the
+	// ImageStatus filter skips a call when it is false, and CreateContainer
+	// lets an image through when the runtime cannot answer.
+	MayNeedVerification(repo string, mem repoMemory) bool
+	// WhyNot is the rule, in words, when VerificationRequired is false.
+	WhyNot(repo string) string
+}
 
-// Policy decides which images need credential verification.
-type Policy struct {
-	name     PolicyName
-	exact    map[string]bool
-	prefixes []string // each ends in "/"
+// repoMemory is what a policy may read of the guard's memory.
+type repoMemory interface {
+	// pullInFlight reports a pull of repo through the proxy in flight (or
+	// unsettled after a crash, or unrecorded).
+	pullInFlight(repo string) bool
+	// restricted reports a record with a mapping for repo that is not
+	// accessible to every pod; it may err towards true.
+	restricted(repo string) bool
+}
+
+// policies is every policy: its name, what it does (the flag help and
+// docs/configuration.md), whether it takes an allowlist, and its
+// constructor.
+var policies = []struct {
+	name      PolicyName
+	help      string
+	allowlist bool
+	make      func(allowlist []string) Policy
+}{
+	{NeverVerify, "any pod may use any image present on the node", false, func([]string) Policy { return neverVerify{} }},
+	{NeverVerifyPreloadedImages, "images the proxy never pulled are free; pulled ones need verification (the default)", false, func([]string) Policy { return neverVerifyPreloaded{} }},
+	{NeverVerifyAllowlistedImages, "images on the allowlist are free; every other image needs verification", true, newNeverVerifyAllowlisted},
+	{AlwaysVerify, "every image needs verification", false, func([]string) Policy { return alwaysVerify{} }},
+}
+
+// Policies lists the supported policy names.
+var Policies = func() []string {
+	out := make([]string, 0, len(policies))
+	for _, p := range policies {
+		out = append(out, string(p.name))
+	}
+	return out
+}()
+
+// PolicyHelp says what each policy does, one line per policy, for flag
+// help and the configuration reference.
+func PolicyHelp() string {
+	lines := make([]string, 0, len(policies))
+	for _, p := range policies {
+		lines = append(lines, string(p.name)+": "+p.help)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // NewPolicy returns the named policy; allowlist is used by
 // NeverVerifyAllowlistedImages and must be empty for the others.
-func NewPolicy(name PolicyName, allowlist []string) (*Policy, error) {
+func NewPolicy(name PolicyName, allowlist []string) (Policy, error) {
 	if errs := ValidatePolicy(field.NewPath("policy"), name, allowlist); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
-	p := &Policy{name: name, exact: map[string]bool{}}
-	for _, a := range allowlist {
-		if prefix, ok := strings.CutSuffix(a, "*"); ok {
-			p.prefixes = append(p.prefixes, prefix)
-		} else {
-			p.exact[a] = true
+	for _, p := range policies {
+		if p.name == name {
+			return p.make(allowlist), nil
 		}
 	}
-	return p, nil
+	return nil, fmt.Errorf("policy %q: not supported", name) // unreachable: validated
 }
-
-// Name returns the policy's name.
-func (p *Policy) Name() PolicyName { return p.name }
 
 // ValidatePolicy checks a policy and its allowlist as the kubelet does
 // (pkg/kubelet/images/pullmanager/image_pull_policies.go).
 func ValidatePolicy(path *field.Path, name PolicyName, allowlist []string) field.ErrorList {
 	var errs field.ErrorList
-	switch name {
-	case NeverVerify, NeverVerifyPreloadedImages, AlwaysVerify:
-		if len(allowlist) > 0 {
+	known := false
+	for _, p := range policies {
+		if p.name != name {
+			continue
+		}
+		known = true
+		if !p.allowlist && len(allowlist) > 0 {
 			errs = append(errs, field.Forbidden(path.Child("preloadedImagesVerificationAllowlist"), "only with policy "+string(NeverVerifyAllowlistedImages)))
 		}
-	case NeverVerifyAllowlistedImages:
-	default:
+	}
+	if !known {
 		errs = append(errs, field.NotSupported(path.Child("imagePullCredentialsVerificationPolicy"), name, Policies))
 	}
 	for i, a := range allowlist {
@@ -108,33 +162,4 @@ func validateAllowlistPattern(p string) error {
 		return fmt.Errorf("must be a normalized repository without tag or digest (%s)", named.Name())
 	}
 	return nil
-}
-
-// allowlisted reports whether repo (normalized) is on the allowlist.
-func (p *Policy) allowlisted(repo string) bool {
-	if p.exact[repo] {
-		return true
-	}
-	for _, prefix := range p.prefixes {
-		if strings.HasPrefix(repo, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// verificationRequired is the kubelet's RequireCredentialVerificationForImage:
-// whether repo needs verification at all, given whether the proxy pulled it.
-func (p *Policy) verificationRequired(repo string, pulledByProxy bool) bool {
-	switch p.name {
-	case NeverVerify:
-		return false
-	case NeverVerifyPreloadedImages:
-		return pulledByProxy
-	case NeverVerifyAllowlistedImages:
-		// As in the kubelet, "pulled by" does not matter here: allowlisted
-		// images never need verification, every other image does.
-		return !p.allowlisted(repo)
-	}
-	return true // AlwaysVerify, and anything unknown
 }

@@ -80,7 +80,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (service-account token providers, pod-aware ensure decisions); its user may be an exec plugin")
 	fl.StringVar(&f.nodeName, "node-name", "", "this node's name in the Kubernetes API (default: the host name)")
 	fl.BoolVar(&f.ensure, "ensure-secret-pulled-images", false, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
-	fl.StringVar(&f.ensurePolicy, "image-pull-credentials-verification-policy", d.EnsureSecretPulledImages.ImagePullCredentialsVerificationPolicy, "NeverVerify, NeverVerifyPreloadedImages, NeverVerifyAllowlistedImages or AlwaysVerify")
+	fl.StringVar(&f.ensurePolicy, "image-pull-credentials-verification-policy", d.EnsureSecretPulledImages.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
 	fl.StringVar(&f.ensureDatabase, "ensure-database", d.EnsureSecretPulledImages.DatabasePath, "the records database (bbolt)")
 	fl.StringVar(&f.adminSocket, "admin-socket", d.EnsureSecretPulledImages.AdminSocket, "the records admin socket (root only)")
 	return cmd
