@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,146 +29,107 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
 
-// serveFlags are the command-line overrides of the configuration file.
-type serveFlags struct {
-	config            string
-	socket            string
-	socketGroup       string
-	runtimeEndpoint   string
-	imageEndpoint     string
-	monitoringAddress string
-	profiling         bool
-	shutdownTimeout   time.Duration
-	logLevel          string
-	logFormat         string
-	providerConfig    string
-	providerBinDir    string
-	kubeconfig        string
-	nodeName          string
-	ensure            bool
-	ensurePolicy      string
-	ensureDatabase    string
-	adminSocket       string
-}
-
 func newServeCmd() *cobra.Command {
-	var f serveFlags
+	var configPath string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve CRI on a unix socket, forwarding to the container runtime",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadServeConfig(cmd, &f)
+			cfg, err := loadServeConfig(cmd.Flags(), configPath)
 			if err != nil {
 				return err
 			}
 			return serve(cmd.Context(), cfg)
 		},
 	}
-	d := config.Default()
-	fl := cmd.Flags()
-	fl.StringVar(&f.config, "config", "", "configuration file ("+config.APIVersion+" "+config.Kind+"); flags override it")
-	fl.StringVar(&f.socket, "socket", d.Socket.Path, "unix socket to serve CRI on")
-	fl.StringVar(&f.socketGroup, "socket-group", "", "group that may use the socket (mode 0660), a name or a GID")
-	fl.StringVar(&f.runtimeEndpoint, "runtime-endpoint", d.RuntimeEndpoint, "the container runtime's CRI endpoint")
-	fl.StringVar(&f.imageEndpoint, "image-endpoint", "", "a separate CRI image service endpoint, as the kubelet's --image-service-endpoint")
-	fl.StringVar(&f.monitoringAddress, "monitoring-address", d.Monitoring.Address, "host:port for /metrics, /healthz and /readyz; - turns it off")
-	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's pprof handlers under /debug/pprof/ on the monitoring address")
-	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", d.ShutdownTimeout.Duration, "how long calls in flight may finish after SIGTERM")
-	fl.StringVar(&f.logLevel, "log-level", d.Logging.Level, "debug, info, warn or error; debug logs every CRI call (never its content)")
-	fl.StringVar(&f.logFormat, "log-format", d.Logging.Format, "text or json")
-	fl.StringVar(&f.providerConfig, "image-credential-provider-config", "", "the kubelet's CredentialProviderConfig (file or directory): inject its plugins' credentials into pulls without any")
-	fl.StringVar(&f.providerBinDir, "image-credential-provider-bin-dir", "", "the directory of the credential provider plugin executables")
-	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (service-account token providers, pod-aware ensure decisions); its user may be an exec plugin")
-	fl.StringVar(&f.nodeName, "node-name", "", "this node's name in the Kubernetes API (default: the host name)")
-	fl.BoolVar(&f.ensure, "ensure-secret-pulled-images", false, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
-	fl.StringVar(&f.ensurePolicy, "image-pull-credentials-verification-policy", d.EnsureSecretPulledImages.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
-	fl.StringVar(&f.ensureDatabase, "ensure-database", d.EnsureSecretPulledImages.DatabasePath, "the records database (bbolt)")
-	fl.StringVar(&f.adminSocket, "admin-socket", d.EnsureSecretPulledImages.AdminSocket, "the records admin socket (root only)")
+	cmd.Flags().StringVar(&configPath, "config", "", "configuration file ("+config.APIVersion+" "+config.Kind+"); flags override it")
+	// Bound to a configuration of defaults here, for parsing and --help;
+	// loadServeConfig binds them again onto the loaded file.
+	bindServeFlags(cmd.Flags(), config.Default())
 	return cmd
 }
 
+// bindServeFlags binds the serve flags onto cfg's fields: the one list of
+// flags, their names, help and defaults (cfg's values). As the kubelet
+// does (kubeletConfigFlagPrecedence), a flag the user set overrides the
+// file because it is bound again onto the decoded file and set there.
+// Optional sections are allocated to bind them; sectionFlags says which
+// flags make one present.
+func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) {
+	if cfg.CredentialProviders == nil {
+		cfg.CredentialProviders = &config.CredentialProviders{}
+	}
+	if cfg.Kubernetes == nil {
+		cfg.Kubernetes = &config.Kubernetes{}
+	}
+	fs.StringVar(&cfg.Socket.Path, "socket", cfg.Socket.Path, "unix socket to serve CRI on")
+	fs.StringVar(&cfg.Socket.Group, "socket-group", cfg.Socket.Group, "group that may use the socket (mode 0660), a name or a GID")
+	fs.StringVar(&cfg.RuntimeEndpoint, "runtime-endpoint", cfg.RuntimeEndpoint, "the container runtime's CRI endpoint")
+	fs.StringVar(&cfg.ImageEndpoint, "image-endpoint", cfg.ImageEndpoint, "a separate CRI image service endpoint, as the kubelet's --image-service-endpoint")
+	fs.StringVar(&cfg.Monitoring.Address, "monitoring-address", cfg.Monitoring.Address, "host:port for /metrics, /healthz and /readyz; - turns it off")
+	fs.BoolVar(&cfg.Monitoring.Profiling, "profiling", cfg.Monitoring.Profiling, "serve Go's pprof handlers under /debug/pprof/ on the monitoring address")
+	fs.DurationVar(&cfg.ShutdownTimeout.Duration, "shutdown-timeout", cfg.ShutdownTimeout.Duration, "how long calls in flight may finish after SIGTERM")
+	fs.StringVar(&cfg.Logging.Level, "log-level", cfg.Logging.Level, "debug, info, warn or error; debug logs every CRI call (never its content)")
+	fs.StringVar(&cfg.Logging.Format, "log-format", cfg.Logging.Format, "text or json")
+	cp := cfg.CredentialProviders
+	fs.StringVar(&cp.Config, "image-credential-provider-config", cp.Config, "the kubelet's CredentialProviderConfig (file or directory): inject its plugins' credentials into pulls without any")
+	fs.StringVar(&cp.BinDir, "image-credential-provider-bin-dir", cp.BinDir, "the directory of the credential provider plugin executables")
+	k := cfg.Kubernetes
+	fs.StringVar(&k.Kubeconfig, "kubeconfig", k.Kubeconfig, "kubeconfig for the Kubernetes API (service-account token providers, pod-aware ensure decisions); its user may be an exec plugin")
+	fs.StringVar(&k.NodeName, "node-name", k.NodeName, "this node's name in the Kubernetes API (default: the host name)")
+	e := &cfg.EnsureSecretPulledImages
+	fs.BoolVar(&e.Enabled, "ensure-secret-pulled-images", e.Enabled, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
+	fs.StringVar(&e.ImagePullCredentialsVerificationPolicy, "image-pull-credentials-verification-policy", e.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
+	fs.StringVar(&e.DatabasePath, "ensure-database", e.DatabasePath, "the records database (bbolt)")
+	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root only)")
+}
+
+// sectionFlags are the flags that make an optional section present.
+var sectionFlags = struct{ credentialProviders, kubernetes []string }{
+	credentialProviders: []string{"image-credential-provider-config", "image-credential-provider-bin-dir"},
+	kubernetes:          []string{"kubeconfig", "node-name"},
+}
+
 // loadServeConfig reads the configuration file, if any, lets the flags the
-// user set override it, and validates the result.
-func loadServeConfig(cmd *cobra.Command, f *serveFlags) (*config.ProxyConfiguration, error) {
+// user set (in parsed) override it, and validates the result.
+func loadServeConfig(parsed *pflag.FlagSet, configPath string) (*config.ProxyConfiguration, error) {
 	cfg := config.Default()
-	if f.config != "" {
-		data, err := os.ReadFile(f.config)
+	if configPath != "" {
+		data, err := os.ReadFile(configPath)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
 		if cfg, err = config.Decode(data); err != nil {
-			return nil, fmt.Errorf("config %s: %w", f.config, err)
+			return nil, fmt.Errorf("config %s: %w", configPath, err)
 		}
 	}
-	set := cmd.Flags().Changed
-	if set("socket") {
-		cfg.Socket.Path = f.socket
-	}
-	if set("socket-group") {
-		cfg.Socket.Group = f.socketGroup
-	}
-	if set("runtime-endpoint") {
-		cfg.RuntimeEndpoint = f.runtimeEndpoint
-	}
-	if set("image-endpoint") {
-		cfg.ImageEndpoint = f.imageEndpoint
-	}
-	if set("monitoring-address") {
-		cfg.Monitoring.Address = f.monitoringAddress
-	}
-	if set("profiling") {
-		cfg.Monitoring.Profiling = f.profiling
-	}
-	if set("shutdown-timeout") {
-		cfg.ShutdownTimeout.Duration = f.shutdownTimeout
-	}
-	if set("log-level") {
-		cfg.Logging.Level = f.logLevel
-	}
-	if set("log-format") {
-		cfg.Logging.Format = f.logFormat
-	}
-	if set("image-credential-provider-config") || set("image-credential-provider-bin-dir") {
-		if cfg.CredentialProviders == nil {
-			cfg.CredentialProviders = &config.CredentialProviders{}
+	hadProviders, hadKubernetes := cfg.CredentialProviders != nil, cfg.Kubernetes != nil
+	onto := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	bindServeFlags(onto, cfg)
+	var errs []error
+	parsed.Visit(func(f *pflag.Flag) {
+		if onto.Lookup(f.Name) == nil {
+			return // --config
 		}
-		if set("image-credential-provider-config") {
-			cfg.CredentialProviders.Config = f.providerConfig
+		if err := onto.Set(f.Name, f.Value.String()); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.Name, err))
 		}
-		if set("image-credential-provider-bin-dir") {
-			cfg.CredentialProviders.BinDir = f.providerBinDir
-		}
-		cfg.SetDefaults()
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	if set("kubeconfig") || set("node-name") {
-		if cfg.Kubernetes == nil {
-			cfg.Kubernetes = &config.Kubernetes{}
-		}
-		if set("kubeconfig") {
-			cfg.Kubernetes.Kubeconfig = f.kubeconfig
-		}
-		if set("node-name") {
-			cfg.Kubernetes.NodeName = f.nodeName
-		}
-		cfg.SetDefaults()
+	changed := func(names []string) bool { return slices.ContainsFunc(names, parsed.Changed) }
+	if !hadProviders && !changed(sectionFlags.credentialProviders) {
+		cfg.CredentialProviders = nil
 	}
-	e := &cfg.EnsureSecretPulledImages
-	if set("ensure-secret-pulled-images") {
-		e.Enabled = f.ensure
+	if !hadKubernetes && !changed(sectionFlags.kubernetes) {
+		cfg.Kubernetes = nil
 	}
-	if set("image-pull-credentials-verification-policy") {
-		e.ImagePullCredentialsVerificationPolicy = f.ensurePolicy
-	}
-	if set("ensure-database") {
-		e.DatabasePath = f.ensureDatabase
-	}
-	if set("admin-socket") {
-		e.AdminSocket = f.adminSocket
-	}
+	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
-		if f.config != "" {
-			return nil, fmt.Errorf("config %s with flags: %w", f.config, err)
+		if configPath != "" {
+			return nil, fmt.Errorf("config %s with flags: %w", configPath, err)
 		}
 		return nil, fmt.Errorf("flags: %w", err)
 	}
@@ -220,9 +183,12 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	var admin *http.Server
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		guard, store, err := newGuard(ctx, e, backend, identity, accounts, log, reg)
+		guard, store, retry, err := newGuard(ctx, e, backend, identity, accounts, log, reg)
 		if err != nil {
 			return err
+		}
+		if retry != nil {
+			background = append(background, retry)
 		}
 		defer store.Close()
 		interceptors = append(guard.Interceptors(), interceptors...) // outermost: it sees what the injector did
@@ -357,17 +323,18 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 	return src, nil
 }
 
-// newGuard opens the records database and builds the ensure hooks, after
-// settling the pull intents a crash left (retried in the background while
-// the runtime does not answer; their images need verification meanwhile).
-func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (*ensure.Guard, *ensure.Store, error) {
+// newGuard opens the records database and builds the ensure interceptors,
+// after settling the pull intents a crash left. When the runtime does not
+// answer, retry (non-nil) settles them in the background until it does;
+// their images need verification meanwhile.
+func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (_ *ensure.Guard, _ *ensure.Store, retry func(context.Context), _ error) {
 	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	store, err := ensure.Open(e.DatabasePath, ensure.Options{})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts := ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration, Accounts: accounts}
 	if identity != nil {
@@ -377,7 +344,7 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 		runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime), opts)
 	if err != nil {
 		store.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	settle := func() error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -391,14 +358,20 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 	}
 	if err := settle(); err != nil {
 		log.Warn("settling pull intents failed; retrying, their images need verification meanwhile", "err", err)
-		go func() {
-			for ctx.Err() == nil {
-				time.Sleep(5 * time.Second)
-				if settle() == nil {
+		retry = func(ctx context.Context) {
+			t := time.NewTicker(5 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
 					return
+				case <-t.C:
+					if settle() == nil {
+						return
+					}
 				}
 			}
-		}()
+		}
 	}
-	return guard, store, nil
+	return guard, store, retry, nil
 }
