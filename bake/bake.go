@@ -15,6 +15,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // ImageService is the part of the CRI image service bake uses; the
@@ -95,7 +96,7 @@ func pullOne(ctx context.Context, svc ImageService, image string, opts Options) 
 	defer cancel()
 	start := time.Now()
 	res := Result{Image: image, Done: true}
-	ctx, reported := criproxy.WithPullReport(ctx)
+	ctx, reported := pullreport.With(ctx)
 	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}
 	direct := func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 		return svc.PullImage(ctx, r)

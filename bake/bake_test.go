@@ -19,6 +19,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // fakeRuntime pulls every image but those named "missing", and those
@@ -75,7 +76,7 @@ func (aliceHook) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	r.Auth = &runtimeapi.AuthConfig{Username: "alice", Password: "alice-secret"}
 	resp, err := next(ctx, r)
 	if err == nil {
-		criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: "alice-plugin"})
+		pullreport.Report(ctx, pullreport.Credential{Provider: "alice-plugin"})
 	}
 	return resp, err
 }

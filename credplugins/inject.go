@@ -12,6 +12,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // Interceptors returns the injector's one interceptor, on PullImage, for
@@ -79,7 +80,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		}
 		resp, err := next(ctx, r)
 		if err == nil {
-			criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: c.Provider, ServiceAccount: c.ServiceAccount})
+			pullreport.Report(ctx, pullreport.Credential{Provider: c.Provider, ServiceAccount: c.ServiceAccount})
 			result := "injected"
 			if own != nil {
 				result = "request_auth_fallback"

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -107,7 +107,7 @@ type Candidate struct {
 	Credential Credential
 	// ServiceAccount is the account whose token got the credential; nil for
 	// node-wide credentials.
-	ServiceAccount *criproxy.ServiceAccountRef
+	ServiceAccount *pullreport.ServiceAccountRef
 }
 
 // ProviderError is a provider that matched an image but gave no answer.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -32,7 +32,7 @@ type Answer struct {
 	FromCache     bool
 	// ServiceAccount is the account whose token the plugin was given
 	// (KEP-4412); nil for a plain plugin, whose credentials are node-wide.
-	ServiceAccount *criproxy.ServiceAccountRef
+	ServiceAccount *pullreport.ServiceAccountRef
 }
 
 // plugin is one configured provider with its cache, as the kubelet's

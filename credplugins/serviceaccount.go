@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // Identity is what service-account-token providers (KEP-4412) need of the
@@ -39,8 +39,8 @@ var ErrNoServiceAccountCredential = errors.New("not run for this pod")
 type saRequest struct {
 	token       string
 	annotations map[string]string
-	account     *criproxy.ServiceAccountRef // nil when run without a token
-	cacheKey    string                      // the extra cache key part
+	account     *pullreport.ServiceAccountRef // nil when run without a token
+	cacheKey    string                        // the extra cache key part
 }
 
 // serviceAccountRequest prepares a token provider's run for pod, as the
@@ -96,7 +96,7 @@ func (p *plugin) serviceAccountRequest(ctx context.Context, pod *PodRef) (saRequ
 	r := saRequest{
 		token:       tok,
 		annotations: ann,
-		account:     &criproxy.ServiceAccountRef{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)},
+		account:     &pullreport.ServiceAccountRef{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)},
 	}
 	// The cache key: the account (namespace, name, UID) and the annotations
 	// passed; with cacheType Token, the token's hash too.

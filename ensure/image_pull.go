@@ -8,6 +8,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 func init() {
@@ -55,7 +56,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
-	ctx, reported := criproxy.WithPullReport(ctx)
+	ctx, reported := pullreport.With(ctx)
 	resp, err := next(ctx, req)
 	if err != nil {
 		g.metrics.pulls.WithLabelValues("failure").Inc()

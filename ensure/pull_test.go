@@ -6,8 +6,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 func TestTheRecordHoldsTheCredentialThatSucceeded(t *testing.T) {
@@ -15,14 +15,14 @@ func TestTheRecordHoldsTheCredentialThatSucceeded(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name        string
-		report      *criproxy.PullCredential // what the injector behind the guard says it pulled with
+		report      *pullreport.Credential // what the injector behind the guard says it pulled with
 		wantNode    bool
 		wantAccount bool
 		wantHash    bool
 	}{
-		{"the request's credential refused, a node-wide plugin's accepted: node-wide", &criproxy.PullCredential{Provider: "ecr"}, true, false, false},
+		{"the request's credential refused, a node-wide plugin's accepted: node-wide", &pullreport.Credential{Provider: "ecr"}, true, false, false},
 		{"the request's credential refused, a token plugin's accepted: the pod's account",
-			&criproxy.PullCredential{Provider: "tp", ServiceAccount: &criproxy.ServiceAccountRef{Namespace: "ns", Name: "builder", UID: "sa-1"}}, false, true, false},
+			&pullreport.Credential{Provider: "tp", ServiceAccount: &pullreport.ServiceAccountRef{Namespace: "ns", Name: "builder", UID: "sa-1"}}, false, true, false},
 		{"the request's credential accepted: its hash", nil, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,7 +38,7 @@ func TestTheRecordHoldsTheCredentialThatSucceeded(t *testing.T) {
 					if _, err := s.node.PullImage(ctx, req); err == nil {
 						t.Fatal("the registry accepted bob")
 					}
-					criproxy.ReportPullCredential(ctx, *tc.report)
+					pullreport.Report(ctx, *tc.report)
 					req.Auth = cred("alice:a-pw")
 					return s.node.PullImage(ctx, req)
 				})

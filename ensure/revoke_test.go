@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
@@ -45,8 +45,8 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 			spec := &runtimeapi.ImageSpec{Image: private}
 			_, err = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: podA.sandbox()},
 				func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-					criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: "tp",
-						ServiceAccount: &criproxy.ServiceAccountRef{Namespace: "a", Name: "builder", UID: "sa-1"}})
+					pullreport.Report(ctx, pullreport.Credential{Provider: "tp",
+						ServiceAccount: &pullreport.ServiceAccountRef{Namespace: "a", Name: "builder", UID: "sa-1"}})
 					req.Auth = cred("alice:a-pw")
 					return s.node.PullImage(ctx, req)
 				})

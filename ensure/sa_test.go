@@ -17,8 +17,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
@@ -185,7 +185,7 @@ func TestServiceAccountRecords(t *testing.T) {
 	// for the pod's account, and says so.
 	tokenPull := func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 		m := req.GetSandboxConfig().GetMetadata()
-		criproxy.ReportPullCredential(ctx, criproxy.PullCredential{Provider: "tp", ServiceAccount: &criproxy.ServiceAccountRef{
+		pullreport.Report(ctx, pullreport.Credential{Provider: "tp", ServiceAccount: &pullreport.ServiceAccountRef{
 			Namespace: m.Namespace, Name: "builder", UID: map[string]string{"a": "sa-1", "b": "sa-2"}[m.Namespace]}})
 		req.Auth = cred("alice:a-pw")
 		return s.node.PullImage(ctx, req)

@@ -1,14 +1,14 @@
-package criproxy
+package pullreport
 
 import (
 	"context"
 	"sync"
 )
 
-// PullCredential tells the outer hooks of a PullImage which credential an
+// Credential tells the outer hooks of a PullImage which credential an
 // inner hook pulled with: the ensure hook records service accounts, and
 // must not mistake a pod's token credential for a node-wide one.
-type PullCredential struct {
+type Credential struct {
 	// Provider is the credential provider plugin whose credential pulled
 	// the image.
 	Provider string
@@ -26,28 +26,28 @@ type pullReportKey struct{}
 
 type pullReport struct {
 	mu   sync.Mutex
-	cred *PullCredential
+	cred *Credential
 }
 
-// WithPullReport returns a context in which inner hooks can report the
+// With returns a context in which inner hooks can report the
 // credential they pulled with, and a function that returns it once the
 // call is done (false when nothing was reported).
-func WithPullReport(ctx context.Context) (context.Context, func() (PullCredential, bool)) {
+func With(ctx context.Context) (context.Context, func() (Credential, bool)) {
 	r := &pullReport{}
-	return context.WithValue(ctx, pullReportKey{}, r), func() (PullCredential, bool) {
+	return context.WithValue(ctx, pullReportKey{}, r), func() (Credential, bool) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.cred == nil {
-			return PullCredential{}, false
+			return Credential{}, false
 		}
 		return *r.cred, true
 	}
 }
 
-// ReportPullCredential records, for the outer hooks, the credential a
-// successful pull used. Without WithPullReport up the chain it does
+// Report records, for the outer hooks, the credential a
+// successful pull used. Without With up the chain it does
 // nothing.
-func ReportPullCredential(ctx context.Context, c PullCredential) {
+func Report(ctx context.Context, c Credential) {
 	if r, ok := ctx.Value(pullReportKey{}).(*pullReport); ok {
 		r.mu.Lock()
 		r.cred = &c
