@@ -264,8 +264,10 @@ func TestEnsurePublicImagesAreNeverHidden(t *testing.T) {
 		t.Errorf("gc through the daemon: %v\n%s", err, out)
 	}
 
-	// With the daemon stopped, the commands open the file directly.
+	// With the daemon stopped, the commands open the file directly: the
+	// reading ones read-only.
 	p.proc.Stop(10 * time.Second)
+	before, _ := os.ReadFile(p.db)
 	out, err := p.records(t, "list")
 	if err != nil || !strings.Contains(out, "team-b/app") || !strings.Contains(out, "1 record(s)") {
 		t.Errorf("list from the file: %v\n%s", err, out)
@@ -273,6 +275,17 @@ func TestEnsurePublicImagesAreNeverHidden(t *testing.T) {
 	out, err = p.records(t, "explain", img, "--pod-uid", "someone")
 	if err != nil || !strings.Contains(out, "any pod may use it") || !strings.Contains(out, "the daemon does not run") {
 		t.Errorf("explain from the file: %v\n%s", err, out)
+	}
+	if after, _ := os.ReadFile(p.db); string(after) != string(before) {
+		t.Errorf("list and explain changed the database file")
+	}
+	missing := filepath.Join(t.TempDir(), "no", "ensure.db")
+	res, err := exec.Command(proxyBin, "records", "list", "--admin-socket", p.admin+".none", "--database", missing).CombinedOutput()
+	if err == nil || !strings.Contains(string(res), "no records database at "+missing) {
+		t.Errorf("records list on a missing database: %v\n%s", err, res)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("records list created the missing database (%v)", err)
 	}
 	p.start(t)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -69,7 +70,7 @@ directly (and the container runtime, for explain and gc).`,
 			})},
 		f.explainCmd(),
 		&cobra.Command{Use: "forget IMAGE", Short: "Delete an image's record (with NeverVerifyPreloadedImages a present image then counts as preloaded)", Args: cobra.ExactArgs(1),
-			RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error {
+			RunE: f.runWrite(func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error {
 				ref, err := a.Resolve(ctx, args[0])
 				if err != nil {
 					return err
@@ -86,7 +87,7 @@ directly (and the container runtime, for explain and gc).`,
 			})},
 		f.revokeCmd(),
 		&cobra.Command{Use: "gc", Short: "Drop records of images the runtime no longer lists, and stale grants, now", Args: cobra.NoArgs,
-			RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
+			RunE: f.runWrite(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
 				r, err := a.GC(ctx)
 				if err != nil {
 					return err
@@ -151,7 +152,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 func (f *recordsFlags) revokeCmd() *cobra.Command {
 	var sa, image string
 	cmd := &cobra.Command{Use: "revoke (--service-account NS/NAME | --image IMAGE)", Short: "Revoke verified credentials: of a service account everywhere, or every one of an image", Args: cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
+		RunE: f.runWrite(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
 			switch {
 			case (sa == "") == (image == ""):
 				return errors.New("give exactly one of --service-account NS/NAME and --image IMAGE")
@@ -186,10 +187,23 @@ func (f *recordsFlags) revokeCmd() *cobra.Command {
 	return cmd
 }
 
-// run wraps a records command: it picks the backend and closes it after.
-func (f *recordsFlags) run(do func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
+type recordsFunc = func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error
+
+// run wraps a records command that only reads: without the daemon it opens
+// the database file read-only.
+func (f *recordsFlags) run(do recordsFunc) func(*cobra.Command, []string) error {
+	return f.wrap(do, false)
+}
+
+// runWrite wraps a records command that changes records.
+func (f *recordsFlags) runWrite(do recordsFunc) func(*cobra.Command, []string) error {
+	return f.wrap(do, true)
+}
+
+// wrap picks the backend for a records command and closes it after.
+func (f *recordsFlags) wrap(do recordsFunc, write bool) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		a, closeFn, err := f.admin(cmd)
+		a, closeFn, err := f.admin(cmd, write)
 		if err != nil {
 			return err
 		}
@@ -199,8 +213,9 @@ func (f *recordsFlags) run(do func(ctx context.Context, a ensure.Admin, out io.W
 }
 
 // admin returns the daemon's admin API when it answers, else a local one
-// on the database file.
-func (f *recordsFlags) admin(cmd *cobra.Command) (ensure.Admin, func(), error) {
+// on the database file: read-only unless write, and never a new, empty
+// file where the database is missing.
+func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func(), error) {
 	if f.configPath != "" {
 		cfg, err := config.Load(f.configPath)
 		if err != nil {
@@ -223,7 +238,10 @@ func (f *recordsFlags) admin(cmd *cobra.Command) (ensure.Admin, func(), error) {
 	if c, err := ensure.DialAdmin(f.adminSocket); err == nil {
 		return c, func() {}, nil
 	}
-	store, err := ensure.Open(f.database, ensure.Options{})
+	if _, err := os.Stat(f.database); err != nil {
+		return nil, nil, fmt.Errorf("the daemon does not answer on %s, and there is no records database at %s (%w): is --database right, and has the daemon run with ensureSecretPulledImages on?", f.adminSocket, f.database, err)
+	}
+	store, err := ensure.Open(f.database, ensure.Options{ReadOnly: !write})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the daemon does not answer on %s, and %w", f.adminSocket, err)
 	}
