@@ -156,7 +156,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	defer backend.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoMetric())
 
 	// Interceptors, outermost first.
 	var interceptors []criproxy.Interceptor
