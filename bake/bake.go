@@ -14,6 +14,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
@@ -178,7 +179,7 @@ func Repositories(results []Result) []string {
 
 // RecordPreloaded records every pulled image as accessible to all pods of
 // the node for its repository, in store, at now.
-func RecordPreloaded(store *ensure.Store, results []Result, now time.Time) error {
+func RecordPreloaded(store *records.Store, results []Result, now time.Time) error {
 	for _, r := range results {
 		if r.Err != nil {
 			continue

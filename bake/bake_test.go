@@ -18,7 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
@@ -153,7 +153,7 @@ func TestPreload(t *testing.T) {
 		}
 	})
 	t.Run("records make each pulled image accessible to every pod, twice is once", func(t *testing.T) {
-		s, err := ensure.Open(filepath.Join(t.TempDir(), "ensure.db"), ensure.Options{})
+		s, err := records.Open(filepath.Join(t.TempDir(), "ensure.db"), records.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // ensureEnv is what the ensure scenarios need: two proxies enforcing
@@ -35,7 +36,7 @@ type ensureEnv struct {
 
 // fillDatabase writes n records of images that are not on the node.
 func fillDatabase(path string, n int) error {
-	s, err := ensure.Open(path, ensure.Options{})
+	s, err := records.Open(path, records.Options{})
 	if err != nil {
 		return err
 	}

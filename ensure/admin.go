@@ -14,6 +14,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -65,7 +66,7 @@ type Admin interface {
 // LocalAdmin works on a Store directly, with a Guard for the decisions.
 // Grants live in the daemon's memory: a LocalAdmin does not know them.
 type LocalAdmin struct {
-	Store *Store
+	Store *records.Store
 	Guard *Guard
 	// GrantsKnown says whether Guard is the serving daemon's.
 	GrantsKnown bool

@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // BenchmarkGuardImageStatus is the guard's own cost on ImageStatus, with
@@ -17,7 +18,7 @@ func BenchmarkGuardImageStatus(b *testing.B) {
 		name, image string
 	}{{"shown (anonymous pull)", public}, {"hidden (pulled with credentials)", private}} {
 		b.Run(tc.name, func(b *testing.B) {
-			store, err := ensure.Open(filepath.Join(b.TempDir(), "ensure.db"), ensure.Options{})
+			store, err := records.Open(filepath.Join(b.TempDir(), "ensure.db"), records.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -40,38 +40,6 @@
 // the record's update in the same transaction; an intent left by a crash
 // becomes, at start, a record with no credential (every pod must verify).
 //
-// The bbolt file (mode 0600) is laid out as:
-//
-//	v1                                   schema bucket
-//	├── meta
-//	│   ├── version : <uvarint>          database version, see migrations
-//	│   ├── salt    : <32 bytes>         random, made when the file is made
-//	│   ├── records : <uvarint>          number of records (kept with each write)
-//	│   └── intents : <uvarint>          number of intents
-//	├── records
-//	│   └── *image ID* : <JSON ImagePulledRecord>
-//	├── intents
-//	│   └── *intent ID* : <JSON ImagePullIntent>
-//	├── repos
-//	│   └── *repository* : <uvarint>   records with a mapping for it that is
-//	│                                  not node-wide ("restricted"); kept
-//	│                                  with each write, loaded at open
-//	└── updated                          (version 2)
-//	    └── *image ID* : <8 bytes>       when its record last changed, Unix
-//	                                     nanoseconds big-endian; kept with
-//	                                     each write of a record
-//
-// The repos index lets ImageStatus of a repository no record restricts
-// pass without decoding (the common case: public and node-wide images),
-// and without reading the records. The updated index lets garbage
-// collection find the records of images gone from the node by reading
-// ~100 bytes per record instead of the records themselves, which would
-// bring the whole file into the daemon's memory every run.
-//
-// Update this drawing with every schema change; each change bumps the
-// version and comes with a migration and its test.
-//
-// Every write is committed (fsync) before the CRI answer that depends on it.
-// A second process opening the file fails after Options.OpenTimeout instead
-// of hanging on the file lock.
+// The records database is package records (ensure/records): its layout,
+// migrations and durability are documented there.
 package ensure

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // FuzzImageNamesAtCreateContainer: whatever name or ID a tenant gives
@@ -57,7 +58,7 @@ func FuzzImageNamesAtCreateContainer(f *testing.F) {
 // holds the secret, and two credentials that differ in username or
 // password never share one.
 func FuzzHashAuth(f *testing.F) {
-	store, err := ensure.Open(filepath.Join(f.TempDir(), "ensure.db"), ensure.Options{})
+	store, err := records.Open(filepath.Join(f.TempDir(), "ensure.db"), records.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}

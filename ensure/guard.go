@@ -16,6 +16,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -62,7 +63,7 @@ type RecordStore interface {
 	Restricted(repo string) bool
 }
 
-var _ RecordStore = (*Store)(nil)
+var _ RecordStore = (*records.Store)(nil)
 
 // GuardOptions configure a Guard.
 type GuardOptions struct {

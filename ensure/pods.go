@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -89,7 +90,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 			continue // a deleted secret entitles nobody
 		}
 		coords := kubeletSecret{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
-		if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return sameSecret(s, coords) }) {
+		if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return records.SameSecret(s, coords) }) {
 			// The kubelet's deliberate choice for rotated secrets: the same
 			// secret (namespace, name and UID) with new content still
 			// entitles its pods.

@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
@@ -32,7 +33,7 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-			store, err := ensure.Open(filepath.Join(t.TempDir(), "ensure.db"), ensure.Options{})
+			store, err := records.Open(filepath.Join(t.TempDir(), "ensure.db"), records.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,7 +19,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 type bakeFlags struct {
@@ -128,7 +128,7 @@ func runBake(cmd *cobra.Command, f *bakeFlags) error {
 	printBakeSummary(cmd.OutOrStdout(), results)
 
 	if f.recordPreload {
-		store, err := ensure.Open(f.recordDB, ensure.Options{})
+		store, err := records.Open(f.recordDB, records.Options{})
 		if err != nil {
 			return err
 		}

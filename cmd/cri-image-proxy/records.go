@@ -17,6 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // recordsFlags say where the records are: the daemon's admin socket, else
@@ -241,7 +242,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func
 	if _, err := os.Stat(f.database); err != nil {
 		return nil, nil, fmt.Errorf("the daemon does not answer on %s, and there is no records database at %s (%w): is --database right, and has the daemon run with ensureSecretPulledImages on?", f.adminSocket, f.database, err)
 	}
-	store, err := ensure.Open(f.database, ensure.Options{ReadOnly: !write})
+	store, err := records.Open(f.database, records.Options{ReadOnly: !write})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the daemon does not answer on %s, and %w", f.adminSocket, err)
 	}

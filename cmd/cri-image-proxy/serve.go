@@ -24,6 +24,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
@@ -327,12 +328,12 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 // after settling the pull intents a crash left. When the runtime does not
 // answer, retry (non-nil) settles them in the background until it does;
 // their images need verification meanwhile.
-func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (_ *ensure.Guard, _ *ensure.Store, retry func(context.Context), _ error) {
+func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (_ *ensure.Guard, _ *records.Store, retry func(context.Context), _ error) {
 	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := ensure.Open(e.DatabasePath, ensure.Options{})
+	store, err := records.Open(e.DatabasePath, records.Options{})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // Image IDs for tests.
@@ -111,7 +112,7 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 
 	t.Run("an image ID that is not a digest is refused", func(t *testing.T) {
 		s := newStore(t)
-		if err := s.RecordPull("registry.test/app:v1", "registry.test/app", ensure.Credential{Node: true}, "", t0); !errors.Is(err, ensure.ErrInvalidImageRef) {
+		if err := s.RecordPull("registry.test/app:v1", "registry.test/app", ensure.Credential{Node: true}, "", t0); !errors.Is(err, records.ErrInvalidImageRef) {
 			t.Errorf("got %v, want ErrInvalidImageRef", err)
 		}
 	})

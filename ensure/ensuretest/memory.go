@@ -15,6 +15,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // MemoryStore is an in-memory ensure.RecordStore for tests of what uses
@@ -111,7 +112,7 @@ func cmpString(a, b string) int {
 
 func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time) error {
 	if _, err := digest.Parse(ref); err != nil {
-		return fmt.Errorf("%w: %q", ensure.ErrInvalidImageRef, ref)
+		return fmt.Errorf("%w: %q", records.ErrInvalidImageRef, ref)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -126,7 +127,7 @@ func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, inten
 		r = &ensure.Record{ImageRef: ref, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
 		m.records[ref] = r
 	}
-	ensure.MergeCredential(r, repo, cred)
+	records.MergeCredential(r, repo, cred)
 	r.LastUpdatedTime = metav1.NewTime(now)
 	delete(m.intents, intentID)
 	return nil

@@ -1,4 +1,4 @@
-package ensure
+package records
 
 import (
 	"crypto/sha256"

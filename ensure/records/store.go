@@ -1,4 +1,4 @@
-package ensure
+package records
 
 import (
 	"bytes"
@@ -341,8 +341,8 @@ func MergeCredential(r *Record, repo string, cred Credential) {
 	r.CredentialMapping[repo] = c
 }
 
-func mergeSecret(secrets []kubeletSecret, cred Credential) []kubeletSecret {
-	entry := kubeletSecret{CredentialHash: cred.Hash}
+func mergeSecret(secrets []kubeletconfigv1beta1.ImagePullSecret, cred Credential) []kubeletconfigv1beta1.ImagePullSecret {
+	entry := kubeletconfigv1beta1.ImagePullSecret{CredentialHash: cred.Hash}
 	if s := cred.Secret; s != nil {
 		entry.Namespace, entry.Name, entry.UID = s.Namespace, s.Name, s.UID
 	}
@@ -350,7 +350,7 @@ func mergeSecret(secrets []kubeletSecret, cred Credential) []kubeletSecret {
 		switch {
 		case s.CredentialHash == cred.Hash && (s.UID != "" || cred.Secret == nil):
 			return secrets // known
-		case s.CredentialHash == cred.Hash, cred.Secret != nil && sameSecret(s, entry):
+		case s.CredentialHash == cred.Hash, cred.Secret != nil && SameSecret(s, entry):
 			// Known by hash, now with its coordinates; or the same secret
 			// with new content (rotated): the entry takes the new hash.
 			secrets[i] = entry
@@ -363,7 +363,10 @@ func mergeSecret(secrets []kubeletSecret, cred Credential) []kubeletSecret {
 	return append(secrets, entry)
 }
 
-func sameSecret(a, b kubeletSecret) bool {
+// SameSecret reports whether two secret entries name the same secret:
+// namespace, name and a known UID (a deleted and re-created secret has a
+// new UID).
+func SameSecret(a, b kubeletconfigv1beta1.ImagePullSecret) bool {
 	return a.UID != "" && a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name
 }
 

@@ -6,11 +6,12 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
-func openTestStore(t *testing.T) *ensure.Store {
+func openTestStore(t *testing.T) *records.Store {
 	t.Helper()
-	s, err := ensure.Open(filepath.Join(t.TempDir(), "ensure.db"), ensure.Options{})
+	s, err := records.Open(filepath.Join(t.TempDir(), "ensure.db"), records.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,57 @@
+// Package records is the ensure-secret-pulled-images database (KEP-2535):
+// a bbolt file of pulled records (the kubelet's ImagePulledRecord, keyed by
+// image ID) and pull intents, with a salted hash of each credential, never
+// the credential itself.
+//
+// Contract:
+//   - Every write is one transaction, committed (fsync) before it returns:
+//     an acknowledged record or intent survives a crash (tested with kill
+//     -9). RecordPull adds a credential and drops its intent atomically.
+//   - A credential is merged as the kubelet merges it (MergeCredential):
+//     secrets by hash and, when known, coordinates (a rotated secret's
+//     entry takes the new hash); at most 100 per repository.
+//   - Restricted(repo) is answered from memory (an index of repositories
+//     with a mapping not accessible to every pod), erring towards true; it
+//     runs on every ImageStatus.
+//   - The layout is versioned and migrated forward at open; a database
+//     written by a newer version is refused, never rewritten.
+//   - Open with ReadOnly never writes (the records tools); a missing file
+//     is created only by a read-write open, 0600 in a 0700 directory.
+//   - Undecodable records are skipped by List and reported by key; Get of
+//     one is an error, which callers treat as "verify".
+//
+// The bbolt file (mode 0600) is laid out as:
+//
+//	v1                                   schema bucket
+//	├── meta
+//	│   ├── version : <uvarint>          database version, see migrations
+//	│   ├── salt    : <32 bytes>         random, made when the file is made
+//	│   ├── records : <uvarint>          number of records (kept with each write)
+//	│   └── intents : <uvarint>          number of intents
+//	├── records
+//	│   └── *image ID* : <JSON ImagePulledRecord>
+//	├── intents
+//	│   └── *intent ID* : <JSON ImagePullIntent>
+//	├── repos
+//	│   └── *repository* : <uvarint>   records with a mapping for it that is
+//	│                                  not node-wide ("restricted"); kept
+//	│                                  with each write, loaded at open
+//	└── updated                          (version 2)
+//	    └── *image ID* : <8 bytes>       when its record last changed, Unix
+//	                                     nanoseconds big-endian; kept with
+//	                                     each write of a record
+//
+// The repos index lets ImageStatus of a repository no record restricts
+// pass without decoding (the common case: public and node-wide images),
+// and without reading the records. The updated index lets garbage
+// collection find the records of images gone from the node by reading
+// ~100 bytes per record instead of the records themselves, which would
+// bring the whole file into the daemon's memory every run.
+//
+// Update this drawing with every schema change; each change bumps the
+// version and comes with a migration and its test.
+//
+// Every write is committed (fsync) before the CRI answer that depends on it.
+// A second process opening the file fails after Options.OpenTimeout instead
+// of hanging on the file lock.
+package records
