@@ -16,6 +16,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -219,7 +220,7 @@ func (e *benchEnv) ensureScenarios() []scenario {
 // gcInterval on a node) ran on it: the steady state, whatever the bench's
 // length.
 func (e *benchEnv) rssTarget() (string, float64, float64) {
-	c, err := ensure.DialAdmin(e.ensure.largeAdmin)
+	c, err := admin.Dial(e.ensure.largeAdmin)
 	if err != nil {
 		return "", 0, 0
 	}

@@ -340,3 +340,20 @@ func (g *Guard) logDecision(ctx context.Context, what, image, imageRef, pod, rul
 		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", imageRef, "pod", pod, "rule", rule)
 	}
 }
+
+// DropGrants drops every pod's in-memory grant of imageRef: its pods
+// re-check at their next container start (records revoke, forget).
+func (g *Guard) DropGrants(imageRef string) { g.grants.dropImage(imageRef) }
+
+// ResolveImage returns the image ID of a name, as the runtime answers it;
+// an error when the image is not present.
+func (g *Guard) ResolveImage(ctx context.Context, image string) (string, error) {
+	ref, _, err := g.resolve(ctx, &runtimeapi.ImageSpec{Image: image})
+	if err != nil {
+		return "", err
+	}
+	if ref == "" {
+		return "", fmt.Errorf("image %s is not present", image)
+	}
+	return ref, nil
+}

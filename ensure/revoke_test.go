@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
@@ -22,14 +23,14 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
-		revoke func(*ensure.LocalAdmin) (ensure.RevokeResult, error)
+		revoke func(*admin.Local) (admin.RevokeResult, error)
 	}{
 		{"revoking the service account makes its running pod re-check at its next container start",
-			func(a *ensure.LocalAdmin) (ensure.RevokeResult, error) {
+			func(a *admin.Local) (admin.RevokeResult, error) {
 				return a.RevokeServiceAccount(ctx, "a", "builder")
 			}},
 		{"revoking the image makes its running pod re-check at its next container start",
-			func(a *ensure.LocalAdmin) (ensure.RevokeResult, error) { return a.RevokeImage(ctx, refApp) }},
+			func(a *admin.Local) (admin.RevokeResult, error) { return a.RevokeImage(ctx, refApp) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
@@ -64,7 +65,7 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 			if err := create(); err != nil {
 				t.Fatalf("before the revoke, the pod that pulled is refused: %v", err)
 			}
-			admin := &ensure.LocalAdmin{Store: store, Guard: s.guard, GrantsKnown: true}
+			admin := &admin.Local{Store: store, Guard: s.guard, GrantsKnown: true}
 			if res, err := tc.revoke(admin); err != nil || res.Records != 1 {
 				t.Fatalf("revoke: %+v, %v", res, err)
 			}

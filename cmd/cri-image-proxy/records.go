@@ -17,6 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -49,7 +50,7 @@ directly (and the container runtime, for explain and gc).`,
 
 	cmd.AddCommand(
 		&cobra.Command{Use: "list", Short: "List the records", Args: cobra.NoArgs,
-			RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
+			RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, _ []string) error {
 				ex, err := a.List(ctx)
 				if err != nil {
 					return err
@@ -58,7 +59,7 @@ directly (and the container runtime, for explain and gc).`,
 				return nil
 			})},
 		&cobra.Command{Use: "show IMAGE", Short: "Show the record of an image (a name or its ID), as JSON", Args: cobra.ExactArgs(1),
-			RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error {
+			RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
 				ref, err := a.Resolve(ctx, args[0])
 				if err != nil {
 					return err
@@ -71,7 +72,7 @@ directly (and the container runtime, for explain and gc).`,
 			})},
 		f.explainCmd(),
 		&cobra.Command{Use: "forget IMAGE", Short: "Delete an image's record (with NeverVerifyPreloadedImages a present image then counts as preloaded)", Args: cobra.ExactArgs(1),
-			RunE: f.runWrite(func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error {
+			RunE: f.runWrite(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
 				ref, err := a.Resolve(ctx, args[0])
 				if err != nil {
 					return err
@@ -88,7 +89,7 @@ directly (and the container runtime, for explain and gc).`,
 			})},
 		f.revokeCmd(),
 		&cobra.Command{Use: "gc", Short: "Drop records of images the runtime no longer lists, and stale grants, now", Args: cobra.NoArgs,
-			RunE: f.runWrite(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
+			RunE: f.runWrite(func(ctx context.Context, a admin.Service, out io.Writer, _ []string) error {
 				r, err := a.GC(ctx)
 				if err != nil {
 					return err
@@ -97,7 +98,7 @@ directly (and the container runtime, for explain and gc).`,
 				return nil
 			})},
 		&cobra.Command{Use: "export", Short: "Print every record and pull intent as JSON", Args: cobra.NoArgs,
-			RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
+			RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, _ []string) error {
 				ex, err := a.List(ctx)
 				if err != nil {
 					return err
@@ -112,7 +113,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 	var podUID string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "explain IMAGE", Short: "Say what the proxy decides for an image and a pod, and why", Args: cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error {
+		RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
 			e, err := a.Explain(ctx, args[0], podUID)
 			if err != nil {
 				return err
@@ -153,7 +154,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 func (f *recordsFlags) revokeCmd() *cobra.Command {
 	var sa, image string
 	cmd := &cobra.Command{Use: "revoke (--service-account NS/NAME | --image IMAGE)", Short: "Revoke verified credentials: of a service account everywhere, or every one of an image", Args: cobra.NoArgs,
-		RunE: f.runWrite(func(ctx context.Context, a ensure.Admin, out io.Writer, _ []string) error {
+		RunE: f.runWrite(func(ctx context.Context, a admin.Service, out io.Writer, _ []string) error {
 			switch {
 			case (sa == "") == (image == ""):
 				return errors.New("give exactly one of --service-account NS/NAME and --image IMAGE")
@@ -188,7 +189,7 @@ func (f *recordsFlags) revokeCmd() *cobra.Command {
 	return cmd
 }
 
-type recordsFunc = func(ctx context.Context, a ensure.Admin, out io.Writer, args []string) error
+type recordsFunc = func(ctx context.Context, a admin.Service, out io.Writer, args []string) error
 
 // run wraps a records command that only reads: without the daemon it opens
 // the database file read-only.
@@ -216,7 +217,7 @@ func (f *recordsFlags) wrap(do recordsFunc, write bool) func(*cobra.Command, []s
 // admin returns the daemon's admin API when it answers, else a local one
 // on the database file: read-only unless write, and never a new, empty
 // file where the database is missing.
-func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func(), error) {
+func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, func(), error) {
 	if f.configPath != "" {
 		cfg, err := config.Load(f.configPath)
 		if err != nil {
@@ -236,7 +237,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func
 			f.policy = e.ImagePullCredentialsVerificationPolicy
 		}
 	}
-	if c, err := ensure.DialAdmin(f.adminSocket); err == nil {
+	if c, err := admin.Dial(f.adminSocket); err == nil {
 		return c, func() {}, nil
 	}
 	if _, err := os.Stat(f.database); err != nil {
@@ -246,7 +247,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func
 	if err != nil {
 		return nil, nil, fmt.Errorf("the daemon does not answer on %s, and %w", f.adminSocket, err)
 	}
-	local := &ensure.LocalAdmin{Store: store}
+	local := &admin.Local{Store: store}
 	closers := []func(){func() { store.Close() }}
 	if backend, err := criproxy.Dial(f.runtime, ""); err == nil {
 		closers = append(closers, func() { backend.Close() })
@@ -254,10 +255,11 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func
 		if err != nil {
 			return nil, nil, err
 		}
-		local.Guard, err = ensure.NewGuard(store, policy, runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime), ensure.GuardOptions{})
+		guard, err := ensure.NewGuard(store, policy, runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime), ensure.GuardOptions{})
 		if err != nil {
 			return nil, nil, err
 		}
+		local.Guard = guard
 	}
 	return local, func() {
 		for _, c := range closers {
@@ -266,7 +268,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (ensure.Admin, func
 	}, nil
 }
 
-func printRecords(out io.Writer, ex *ensure.Export) {
+func printRecords(out io.Writer, ex *admin.Export) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "IMAGE ID\tREPOSITORY\tCREDENTIALS\tSERVICE ACCOUNTS\tNODE-WIDE\tUPDATED")
 	sort.Slice(ex.Records, func(i, j int) bool { return ex.Records[i].ImageRef < ex.Records[j].ImageRef })

@@ -24,6 +24,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
@@ -181,7 +182,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
 		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
 	}
-	var admin *http.Server
+	var adminServer *http.Server
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
 		guard, store, retry, err := newGuard(ctx, e, backend, identity, accounts, log, reg)
@@ -199,7 +200,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 			return fmt.Errorf("admin socket: %w", err)
 		}
 		adminListener = l
-		admin = &http.Server{Handler: ensure.NewAdminHandler(&ensure.LocalAdmin{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
+		adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
 		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket)
 	}
 	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Interceptors: interceptors})
@@ -239,9 +240,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	if mon != nil {
 		g.Go(func() error { return mon.Serve(monListener) })
 	}
-	if admin != nil {
+	if adminServer != nil {
 		g.Go(func() error {
-			if err := admin.Serve(adminListener); !errors.Is(err, http.ErrServerClosed) {
+			if err := adminServer.Serve(adminListener); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("admin socket: %w", err)
 			}
 			return nil
@@ -259,8 +260,8 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		if mon != nil {
 			_ = mon.Shutdown(sctx)
 		}
-		if admin != nil {
-			_ = admin.Shutdown(sctx)
+		if adminServer != nil {
+			_ = adminServer.Shutdown(sctx)
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package ensure
+package admin
 
 import (
 	"context"
@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -34,9 +33,9 @@ import (
 
 // Export is every record and intent.
 type Export struct {
-	Records   []*Record `json:"records"`
-	Intents   []Intent  `json:"intents"`
-	Undecoded []string  `json:"undecodedRecords,omitempty"`
+	Records   []*ensure.Record `json:"records"`
+	Intents   []ensure.Intent  `json:"intents"`
+	Undecoded []string         `json:"undecodedRecords,omitempty"`
 }
 
 // RevokeResult says what a revoke changed.
@@ -50,39 +49,48 @@ type GCResult struct {
 	Grants  int `json:"grants"`
 }
 
-// Admin is what the records commands do, against the daemon (AdminClient)
-// or the database file (LocalAdmin).
-type Admin interface {
+// Service is what the records commands do, against the daemon (Client) or
+// the database file (Local).
+type Service interface {
 	List(ctx context.Context) (*Export, error)
-	Get(ctx context.Context, imageRef string) (*Record, error)
+	Get(ctx context.Context, imageRef string) (*ensure.Record, error)
 	Forget(ctx context.Context, imageRef string) (bool, error)
 	RevokeImage(ctx context.Context, imageRef string) (RevokeResult, error)
 	RevokeServiceAccount(ctx context.Context, namespace, name string) (RevokeResult, error)
 	GC(ctx context.Context) (GCResult, error)
-	Explain(ctx context.Context, image, podUID string) (*Explanation, error)
+	Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error)
 	Resolve(ctx context.Context, image string) (string, error)
 }
 
-// LocalAdmin works on a Store directly, with a Guard for the decisions.
-// Grants live in the daemon's memory: a LocalAdmin does not know them.
-type LocalAdmin struct {
+// Guard is what Local needs of the guard (*ensure.Guard): its decisions,
+// garbage collection and the grants it keeps in memory.
+type Guard interface {
+	DropGrants(imageRef string)
+	GC(ctx context.Context) (records, grants int, err error)
+	Explain(ctx context.Context, image, podUID string, grantsKnown bool) (*ensure.Explanation, error)
+	ResolveImage(ctx context.Context, image string) (string, error)
+}
+
+// Local works on a Store directly, with a Guard for the decisions.
+// Grants live in the daemon's memory: a Local does not know them.
+type Local struct {
 	Store *records.Store
-	Guard *Guard
+	Guard Guard
 	// GrantsKnown says whether Guard is the serving daemon's.
 	GrantsKnown bool
 	Now         func() time.Time
 }
 
-var _ Admin = (*LocalAdmin)(nil)
+var _ Service = (*Local)(nil)
 
-func (l *LocalAdmin) now() time.Time {
+func (l *Local) now() time.Time {
 	if l.Now != nil {
 		return l.Now()
 	}
 	return time.Now()
 }
 
-func (l *LocalAdmin) List(context.Context) (*Export, error) {
+func (l *Local) List(context.Context) (*Export, error) {
 	recs, bad, err := l.Store.List()
 	if err != nil {
 		return nil, err
@@ -94,20 +102,20 @@ func (l *LocalAdmin) List(context.Context) (*Export, error) {
 	return &Export{Records: recs, Intents: intents, Undecoded: bad}, nil
 }
 
-func (l *LocalAdmin) Get(_ context.Context, ref string) (*Record, error) { return l.Store.Get(ref) }
+func (l *Local) Get(_ context.Context, ref string) (*ensure.Record, error) { return l.Store.Get(ref) }
 
-func (l *LocalAdmin) Forget(_ context.Context, ref string) (bool, error) {
+func (l *Local) Forget(_ context.Context, ref string) (bool, error) {
 	ok, err := l.Store.Forget(ref)
 	if err == nil && l.Guard != nil {
-		l.Guard.grants.dropImage(ref)
+		l.Guard.DropGrants(ref)
 	}
 	return ok, err
 }
 
-func (l *LocalAdmin) RevokeImage(_ context.Context, ref string) (RevokeResult, error) {
+func (l *Local) RevokeImage(_ context.Context, ref string) (RevokeResult, error) {
 	ok, err := l.Store.RevokeImage(ref, l.now())
 	if err == nil && l.Guard != nil {
-		l.Guard.grants.dropImage(ref)
+		l.Guard.DropGrants(ref)
 	}
 	n := 0
 	if ok {
@@ -120,17 +128,17 @@ func (l *LocalAdmin) RevokeImage(_ context.Context, ref string) (RevokeResult, e
 // daemon, drops the in-memory grants of those images: grants do not say
 // which credential earned them, so every pod re-checks at its next
 // container start (one that still has a verified credential passes).
-func (l *LocalAdmin) RevokeServiceAccount(_ context.Context, ns, name string) (RevokeResult, error) {
+func (l *Local) RevokeServiceAccount(_ context.Context, ns, name string) (RevokeResult, error) {
 	refs, err := l.Store.RevokeServiceAccount(ns, name, l.now())
 	if l.Guard != nil {
 		for _, ref := range refs {
-			l.Guard.grants.dropImage(ref)
+			l.Guard.DropGrants(ref)
 		}
 	}
 	return RevokeResult{Records: len(refs)}, err
 }
 
-func (l *LocalAdmin) GC(ctx context.Context) (GCResult, error) {
+func (l *Local) GC(ctx context.Context) (GCResult, error) {
 	if l.Guard == nil {
 		return GCResult{}, errors.New("gc needs the container runtime")
 	}
@@ -138,14 +146,14 @@ func (l *LocalAdmin) GC(ctx context.Context) (GCResult, error) {
 	return GCResult{Records: r, Grants: g}, err
 }
 
-func (l *LocalAdmin) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
+func (l *Local) Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error) {
 	if l.Guard == nil {
 		return nil, errors.New("explain needs the container runtime")
 	}
 	return l.Guard.Explain(ctx, image, podUID, l.GrantsKnown)
 }
 
-func (l *LocalAdmin) Resolve(ctx context.Context, image string) (string, error) {
+func (l *Local) Resolve(ctx context.Context, image string) (string, error) {
 	if imageref.IsID(image) {
 		if !strings.HasPrefix(image, "sha256:") {
 			image = "sha256:" + image
@@ -155,23 +163,16 @@ func (l *LocalAdmin) Resolve(ctx context.Context, image string) (string, error) 
 	if l.Guard == nil {
 		return "", fmt.Errorf("%q is not an image ID (sha256:...), and resolving names needs the container runtime", image)
 	}
-	ref, _, err := l.Guard.resolve(ctx, &runtimeapi.ImageSpec{Image: image})
-	if err != nil {
-		return "", err
-	}
-	if ref == "" {
-		return "", fmt.Errorf("image %s is not present", image)
-	}
-	return ref, nil
+	return l.Guard.ResolveImage(ctx, image)
 }
 
-// NewAdminHandler serves the admin API over a.
-func NewAdminHandler(a Admin) http.Handler {
+// NewHandler serves the admin API over a.
+func NewHandler(a Service) http.Handler {
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any, err error) {
 		if err != nil {
 			code := http.StatusInternalServerError
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, ensure.ErrNotFound) {
 				code = http.StatusNotFound
 			}
 			http.Error(w, err.Error(), code)
@@ -229,22 +230,22 @@ func NewAdminHandler(a Admin) http.Handler {
 	return mux
 }
 
-// AdminClient talks to the daemon's admin socket.
-type AdminClient struct {
+// Client talks to the daemon's admin socket.
+type Client struct {
 	http *http.Client
 }
 
-var _ Admin = (*AdminClient)(nil)
+var _ Service = (*Client)(nil)
 
-// DialAdmin returns a client of the admin socket at path, after checking
+// Dial returns a client of the admin socket at path, after checking
 // that the daemon answers there.
-func DialAdmin(path string) (*AdminClient, error) {
+func Dial(path string) (*Client, error) {
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
 		return nil, err
 	}
 	c.Close()
-	return &AdminClient{http: &http.Client{
+	return &Client{http: &http.Client{
 		Timeout: 2 * time.Minute,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -253,7 +254,7 @@ func DialAdmin(path string) (*AdminClient, error) {
 	}}, nil
 }
 
-func (c *AdminClient) do(ctx context.Context, method, path string, q url.Values, out any) error {
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) error {
 	u := "http://admin" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -270,50 +271,50 @@ func (c *AdminClient) do(ctx context.Context, method, path string, q url.Values,
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%s: %w", strings.TrimSpace(string(body)), ErrNotFound)
+		return fmt.Errorf("%s: %w", strings.TrimSpace(string(body)), ensure.ErrNotFound)
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("daemon: %s", strings.TrimSpace(string(body)))
 	}
 	return json.Unmarshal(body, out)
 }
 
-func (c *AdminClient) List(ctx context.Context) (*Export, error) {
+func (c *Client) List(ctx context.Context) (*Export, error) {
 	var v Export
 	return &v, c.do(ctx, "GET", "/v1/records", nil, &v)
 }
 
-func (c *AdminClient) Get(ctx context.Context, ref string) (*Record, error) {
-	var v Record
+func (c *Client) Get(ctx context.Context, ref string) (*ensure.Record, error) {
+	var v ensure.Record
 	return &v, c.do(ctx, "GET", "/v1/records/"+url.PathEscape(ref), nil, &v)
 }
 
-func (c *AdminClient) Forget(ctx context.Context, ref string) (bool, error) {
+func (c *Client) Forget(ctx context.Context, ref string) (bool, error) {
 	var v map[string]bool
 	err := c.do(ctx, "DELETE", "/v1/records/"+url.PathEscape(ref), nil, &v)
 	return v["forgotten"], err
 }
 
-func (c *AdminClient) RevokeImage(ctx context.Context, ref string) (RevokeResult, error) {
+func (c *Client) RevokeImage(ctx context.Context, ref string) (RevokeResult, error) {
 	var v RevokeResult
 	return v, c.do(ctx, "POST", "/v1/revoke", url.Values{"image": {ref}}, &v)
 }
 
-func (c *AdminClient) RevokeServiceAccount(ctx context.Context, ns, name string) (RevokeResult, error) {
+func (c *Client) RevokeServiceAccount(ctx context.Context, ns, name string) (RevokeResult, error) {
 	var v RevokeResult
 	return v, c.do(ctx, "POST", "/v1/revoke", url.Values{"serviceAccount": {ns + "/" + name}}, &v)
 }
 
-func (c *AdminClient) GC(ctx context.Context) (GCResult, error) {
+func (c *Client) GC(ctx context.Context) (GCResult, error) {
 	var v GCResult
 	return v, c.do(ctx, "POST", "/v1/gc", nil, &v)
 }
 
-func (c *AdminClient) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
-	var v Explanation
+func (c *Client) Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error) {
+	var v ensure.Explanation
 	return &v, c.do(ctx, "GET", "/v1/explain", url.Values{"image": {image}, "podUID": {podUID}}, &v)
 }
 
-func (c *AdminClient) Resolve(ctx context.Context, image string) (string, error) {
+func (c *Client) Resolve(ctx context.Context, image string) (string, error) {
 	var v map[string]string
 	err := c.do(ctx, "GET", "/v1/resolve", url.Values{"image": {image}}, &v)
 	return v["imageRef"], err
