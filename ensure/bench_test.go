@@ -27,7 +27,7 @@ func BenchmarkGuardImageStatus(b *testing.B) {
 			node.serve(private, refApp, "alice:a-pw")
 			node.serve(public, refTool, "")
 			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
-			g, err := ensure.NewGuard(store, p, node, node, ensure.GuardOptions{})
+			g, err := ensure.NewGuard(store, p, ensure.CRIRuntime(node, node), ensure.GuardOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -62,7 +62,7 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 	if shown == "" {
 		shown = spec.GetImage()
 	}
-	ref, repo, err := g.resolve(ctx, spec)
+	ref, repo, err := g.resolve(ctx, queryOf(spec))
 	switch {
 	case err != nil && !runtimeAnswered(err):
 		if !g.mayNeedVerification(spec.GetImage()) {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -35,13 +33,13 @@ type Explanation struct {
 // and, when podUID is set, that pod. It changes nothing.
 func (g *Guard) Explain(ctx context.Context, image, podUID string, grantsKnown bool) (*Explanation, error) {
 	e := &Explanation{Image: image, Policy: string(g.policy.Name()), PodUID: podUID, GrantsKnown: grantsKnown}
-	st, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
 	}
-	if img := st.GetImage(); img != nil {
-		e.Present, e.ImageRef = true, img.Id
-		if repo, ok := g.repository(image); ok && g.listedAs(img, repo) {
+	if present {
+		e.Present, e.ImageRef = true, img.ID
+		if repo, ok := g.repository(image); ok && g.listedAs(repo, img.Names) {
 			e.Repository = repo
 		}
 	} else if imageref.IsID(image) {

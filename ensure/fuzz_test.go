@@ -67,7 +67,7 @@ func FuzzHashAuth(f *testing.F) {
 	f.Add("", "", "", "")
 	f.Add("a\x00", "\xff", "YWxpY2U6cHc=", "tok")
 	f.Fuzz(func(t *testing.T, user, pass, auth, token string) {
-		a := &runtimeapi.AuthConfig{Username: user, Password: pass, Auth: auth, IdentityToken: token}
+		a := ensure.Auth{Username: user, Password: pass, Auth: auth, IdentityToken: token}
 		h := store.HashAuth(a)
 		if h != store.HashAuth(a) {
 			t.Fatal("the hash is not stable")
@@ -77,7 +77,7 @@ func FuzzHashAuth(f *testing.F) {
 				t.Fatalf("the hash %q holds the secret %q", h, secret)
 			}
 		}
-		other := &runtimeapi.AuthConfig{Username: user, Password: pass + "x", Auth: auth, IdentityToken: token}
+		other := ensure.Auth{Username: user, Password: pass + "x", Auth: auth, IdentityToken: token}
 		if h != "" && h == store.HashAuth(other) {
 			t.Fatal("two passwords share a hash")
 		}

@@ -11,27 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
-
-// runtimeImages is what the guard asks the runtime itself, around the
-// hooks: the generated client satisfies it.
-type runtimeImages interface {
-	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
-	ListImages(ctx context.Context, in *runtimeapi.ListImagesRequest, opts ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error)
-}
-
-// runtimeSandboxes is the part of the RuntimeService the guard uses.
-type runtimeSandboxes interface {
-	PodSandboxStatus(ctx context.Context, in *runtimeapi.PodSandboxStatusRequest, opts ...grpc.CallOption) (*runtimeapi.PodSandboxStatusResponse, error)
-	ListPodSandbox(ctx context.Context, in *runtimeapi.ListPodSandboxRequest, opts ...grpc.CallOption) (*runtimeapi.ListPodSandboxResponse, error)
-}
 
 // RecordStore is what the guard needs of the database; *Store is the
 // real one, ensuretest.MemoryStore a fake that passes the same
@@ -41,7 +26,7 @@ type RecordStore interface {
 	// ErrNotFound.
 	Get(imageRef string) (*Record, error)
 	// HashAuth returns the salted hash of a request's credential, "" for none.
-	HashAuth(*runtimeapi.AuthConfig) string
+	HashAuth(Auth) string
 	// AddIntent durably notes a pull about to start and returns its ID.
 	AddIntent(image string) (string, error)
 	// DropIntent removes an intent.
@@ -90,13 +75,12 @@ type GuardOptions struct {
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
 // concurrent use.
 type Guard struct {
-	store     RecordStore
-	policy    Policy
-	images    runtimeImages
-	sandboxes runtimeSandboxes
-	grants    *grantTable
-	hidden    *hideTable
-	pending   *pendingTable
+	store   RecordStore
+	policy  Policy
+	runtime Runtime
+	grants  *grantTable
+	hidden  *hideTable
+	pending *pendingTable
 	// unrecorded are images pulled through the proxy whose record could
 	// not be written: until a restart settles their intents, they count as
 	// pulled with no verified credential (see PullImage).
@@ -121,11 +105,11 @@ type Guard struct {
 	leftoverCount atomic.Int64
 }
 
-// NewGuard returns the hooks for store and policy; images and sandboxes
-// reach the runtime directly.
-func NewGuard(store RecordStore, policy Policy, images runtimeImages, sandboxes runtimeSandboxes, opts GuardOptions) (*Guard, error) {
+// NewGuard returns the enforcer of policy over store; rt reaches the
+// runtime directly, around the interceptors.
+func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		store: store, policy: policy, images: images, sandboxes: sandboxes,
+		store: store, policy: policy, runtime: rt,
 		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(), refs: newRefLocks(),
 		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts,
 	}
@@ -286,12 +270,13 @@ func (g *Guard) repository(image string) (string, bool) {
 	return n.Repository, n.OK
 }
 
-// listedAs reports whether the runtime lists img under repository repo:
-// only then did a lookup by name really find it by that name (containerd
-// also resolves a name that is an ID prefix).
-func (g *Guard) listedAs(img *runtimeapi.Image, repo string) bool {
-	for _, refs := range [][]string{img.GetRepoTags(), img.GetRepoDigests()} {
-		for _, r := range refs {
+// listedAs reports whether the runtime lists an image under repository
+// repo, given the lists of names it lists it under: only then did a lookup
+// by name really find it by that name (containerd also resolves a name
+// that is an ID prefix).
+func (g *Guard) listedAs(repo string, names ...[]string) bool {
+	for _, list := range names {
+		for _, r := range list {
 			if name, ok := g.repository(r); ok && name == repo {
 				return true
 			}
@@ -300,27 +285,19 @@ func (g *Guard) listedAs(img *runtimeapi.Image, repo string) bool {
 	return false
 }
 
-// resolve returns the image ID of spec and the repository it is known
-// under ("" when it cannot be told), asking the runtime itself.
-func (g *Guard) resolve(ctx context.Context, spec *runtimeapi.ImageSpec) (ref, repo string, err error) {
-	resp, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
-	if err != nil || resp.GetImage() == nil {
+// resolve returns the image ID of q and the repository it is known under
+// ("" when it cannot be told), asking the runtime itself; "" when absent.
+func (g *Guard) resolve(ctx context.Context, q ImageQuery) (ref, repo string, err error) {
+	img, ok, err := g.runtime.Image(ctx, q)
+	if err != nil || !ok {
 		return "", "", err
 	}
-	img := resp.Image
-	for _, name := range []string{spec.GetUserSpecifiedImage(), spec.GetImage()} {
-		if r, ok := g.repository(name); ok && g.listedAs(img, r) {
-			return img.Id, r, nil
+	for _, name := range []string{q.UserSpecified, q.Name} {
+		if r, ok := g.repository(name); ok && g.listedAs(r, img.Names) {
+			return img.ID, r, nil
 		}
 	}
-	return img.Id, "", nil
-}
-
-func podName(m *runtimeapi.PodSandboxMetadata) string {
-	if m == nil {
-		return "(no pod)"
-	}
-	return fmt.Sprintf("%s/%s (uid %s)", m.GetNamespace(), m.GetName(), m.GetUid())
+	return img.ID, "", nil
 }
 
 func describe(c Credential) string {
@@ -348,7 +325,7 @@ func (g *Guard) DropGrants(imageRef string) { g.grants.dropImage(imageRef) }
 // ResolveImage returns the image ID of a name, as the runtime answers it;
 // an error when the image is not present.
 func (g *Guard) ResolveImage(ctx context.Context, image string) (string, error) {
-	ref, _, err := g.resolve(ctx, &runtimeapi.ImageSpec{Image: image})
+	ref, _, err := g.resolve(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return "", err
 	}

@@ -84,7 +84,7 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.guard, err = ensure.NewGuard(s.store, p, s.node, s.node, ensure.GuardOptions{
+	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.GuardOptions{
 		Clock:  s.clock,
 		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}); err != nil {

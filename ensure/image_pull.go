@@ -24,7 +24,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	if !ok {
 		return next(ctx, req)
 	}
-	cred := Credential{Hash: g.store.HashAuth(req.GetAuth())}
+	cred := Credential{Hash: g.store.HashAuth(authOf(req.GetAuth()))}
 	pod := req.GetSandboxConfig().GetMetadata()
 
 	if ref, hidden := g.hidden.peek(name, g.clock.Now()); hidden {
@@ -86,7 +86,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		cred.Node = true // anonymous
 	}
 	if cred.Hash != "" {
-		cred.Secret = g.secretOf(ctx, pod, repo, cred.Hash)
+		cred.Secret = g.secretOf(ctx, pod.GetNamespace(), pod.GetName(), pod.GetUid(), repo, cred.Hash)
 	}
 	ref := g.imageID(ctx, name, resp.GetImageRef())
 	unlock := g.refs.lock(ref)
@@ -119,8 +119,8 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 	if imageref.IsID(ref) {
 		return ref
 	}
-	if st, err := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}}); err == nil && st.GetImage().GetId() != "" {
-		return st.GetImage().GetId()
+	if img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
+		return img.ID
 	}
 	return ref
 }

@@ -14,7 +14,7 @@ func init() {
 
 // RemoveImage drops the image's record once the runtime removed it.
 func (g *Guard) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next criproxy.Next[runtimeapi.RemoveImageRequest, runtimeapi.RemoveImageResponse]) (*runtimeapi.RemoveImageResponse, error) {
-	ref, _, _ := g.resolve(ctx, req.GetImage())
+	ref, _, _ := g.resolve(ctx, queryOf(req.GetImage()))
 	resp, err := next(ctx, req)
 	if err != nil || ref == "" {
 		return resp, err
@@ -24,7 +24,7 @@ func (g *Guard) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequ
 	// finishing meanwhile records after the forget (refLocks).
 	unlock := g.refs.lock(ref)
 	defer unlock()
-	if st, serr := g.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); serr == nil && st.GetImage() == nil {
+	if _, present, serr := g.runtime.Image(ctx, ImageQuery{Name: ref}); serr == nil && !present {
 		if _, ferr := g.store.Forget(ref); ferr != nil {
 			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", ferr)
 		}

@@ -23,7 +23,7 @@ func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequ
 	}
 	name := req.GetImage().GetImage()
 	repo, ok := g.repository(name)
-	if !ok || !g.listedAs(resp.Image, repo) {
+	if !ok || !g.listedAs(repo, resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
 		return resp, nil // a lookup by ID: answered as the runtime answers, CreateContainer decides
 	}
 	d := g.decide(resp.Image.Id, repo)

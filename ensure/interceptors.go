@@ -1,6 +1,12 @@
 package ensure
 
-import "github.com/cri-image-proxy/cri-image-proxy/criproxy"
+import (
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+)
 
 // adapters are the guard's CRI interceptors, one per intercepted method,
 // each registered by the file that holds it (image_status.go,
@@ -17,4 +23,12 @@ func (g *Guard) Interceptors() []criproxy.Interceptor {
 		out = append(out, a(g))
 	}
 	return out
+}
+
+// podName names a pod for the log, from the CRI sandbox metadata.
+func podName(m *runtimeapi.PodSandboxMetadata) string {
+	if m == nil {
+		return "(no pod)"
+	}
+	return fmt.Sprintf("%s/%s (uid %s)", m.GetNamespace(), m.GetName(), m.GetUid())
 }

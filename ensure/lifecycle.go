@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/distribution/reference"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -27,23 +26,21 @@ func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 	if len(g.leftover) == 0 {
 		return 0, 0, nil
 	}
-	list, err := g.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	images, err := g.runtime.Images(ctx)
 	if err != nil {
 		return 0, len(g.leftover), fmt.Errorf("settling %d pull intents: list images: %w", len(g.leftover), err)
 	}
-	return g.settleLocked(list.GetImages())
+	return g.settleLocked(images)
 }
 
 // settleLocked converts the leftover intents whose image is in images and
 // keeps the others. g.leftoverMu is held.
-func (g *Guard) settleLocked(images []*runtimeapi.Image) (converted, kept int, err error) {
+func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
-		for _, refs := range [][]string{img.GetRepoTags(), img.GetRepoDigests()} {
-			for _, r := range refs {
-				if n, ok := imageref.Normalized(r); ok {
-					byName[n] = img.GetId()
-				}
+		for _, r := range img.Names {
+			if n, ok := imageref.Normalized(r); ok {
+				byName[n] = img.ID
 			}
 		}
 	}
@@ -139,13 +136,13 @@ func listedID(byName map[string]string, image string) string {
 // the runtime cannot be asked, nothing is dropped.
 func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	until := g.clock.Now().Add(-g.grace)
-	list, err := g.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	images, err := g.runtime.Images(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("gc: list images: %w", err)
 	}
 	g.leftoverMu.Lock()
 	if len(g.leftover) > 0 {
-		if c, k, err := g.settleLocked(list.GetImages()); err != nil {
+		if c, k, err := g.settleLocked(images); err != nil {
 			g.log.Warn("settling kept pull intents failed; they stay", "err", err)
 		} else if c > 0 {
 			g.log.Info("settled kept pull intents", "toRecords", c, "kept", k)
@@ -153,19 +150,15 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	}
 	g.leftoverMu.Unlock()
 	present := map[string]bool{}
-	for _, img := range list.GetImages() {
-		present[img.GetId()] = true
+	for _, img := range images {
+		present[img.ID] = true
 	}
 	if records, err = g.store.Prune(func(ref string) bool { return present[ref] }, until); err != nil {
 		return 0, 0, fmt.Errorf("gc: %w", err)
 	}
-	pods, err := g.sandboxes.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	alive, err := g.runtime.PodUIDs(ctx)
 	if err != nil {
 		return records, 0, fmt.Errorf("gc: list pod sandboxes: %w", err)
-	}
-	alive := map[string]bool{}
-	for _, p := range pods.GetItems() {
-		alive[p.GetMetadata().GetUid()] = true
 	}
 	grants = g.grants.gc(func(uid string) bool { return alive[uid] }, until)
 	// A run decodes the runtime's whole image and sandbox lists (a few MiB

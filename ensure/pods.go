@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
@@ -109,11 +108,11 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 // secretOf returns the coordinates of the pod's pull secret whose
 // credential for repo hashes to hash, nil when there is no API, no pod or
 // no such secret (the record then holds the hash alone).
-func (g *Guard) secretOf(ctx context.Context, meta *runtimeapi.PodSandboxMetadata, repo, hash string) *SecretRef {
-	if g.pods == nil || meta.GetUid() == "" {
+func (g *Guard) secretOf(ctx context.Context, namespace, name, uid, repo, hash string) *SecretRef {
+	if g.pods == nil || uid == "" {
 		return nil
 	}
-	pod, err := g.pods.Pod(ctx, meta.GetNamespace(), meta.GetName(), meta.GetUid())
+	pod, err := g.pods.Pod(ctx, namespace, name, uid)
 	if err != nil {
 		return nil
 	}
@@ -135,7 +134,7 @@ func (g *Guard) secretOf(ctx context.Context, meta *runtimeapi.PodSandboxMetadat
 // that match repo, as the kubelet's keyring would send them to the
 // runtime: username and password only. A secret that does not parse gives
 // none (its pod is then not entitled by it).
-func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig {
+func secretCredentials(sec *corev1.Secret, repo string) []Auth {
 	var cfg *keyring.DockerConfig
 	var err error
 	switch sec.Type {
@@ -149,9 +148,9 @@ func secretCredentials(sec *corev1.Secret, repo string) []*runtimeapi.AuthConfig
 	if err != nil {
 		return nil
 	}
-	var out []*runtimeapi.AuthConfig
+	var out []Auth
 	for _, c := range cfg.Credentials(repo) {
-		out = append(out, &runtimeapi.AuthConfig{Username: c.Username, Password: c.Password})
+		out = append(out, Auth{Username: c.Username, Password: c.Password})
 	}
 	return out
 }

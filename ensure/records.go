@@ -15,6 +15,8 @@ type (
 	ServiceAccount = records.ServiceAccount
 	// SecretRef is a pull secret's coordinates.
 	SecretRef = records.SecretRef
+	// Auth is a pull's credential, as hashed.
+	Auth = records.Auth
 )
 
 // ErrNotFound is returned for an image ID without a record.

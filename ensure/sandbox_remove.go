@@ -16,10 +16,7 @@ func init() {
 
 // RemovePodSandbox drops the pod's grants once the runtime removed it.
 func (g *Guard) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next criproxy.Next[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
-	uid := ""
-	if st, err := g.sandboxes.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: req.GetPodSandboxId()}); err == nil {
-		uid = st.GetStatus().GetMetadata().GetUid()
-	}
+	uid, _ := g.runtime.PodUID(ctx, req.GetPodSandboxId()) // unknown: no grant to drop
 	resp, err := next(ctx, req)
 	if err == nil && uid != "" {
 		g.grants.dropPod(uid)

@@ -255,7 +255,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 		if err != nil {
 			return nil, nil, err
 		}
-		guard, err := ensure.NewGuard(store, policy, runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime), ensure.GuardOptions{})
+		guard, err := ensure.NewGuard(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)), ensure.GuardOptions{})
 		if err != nil {
 			return nil, nil, err
 		}

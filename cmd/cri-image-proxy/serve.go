@@ -342,8 +342,7 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 	if identity != nil {
 		opts.Pods = identity
 	}
-	guard, err := ensure.NewGuard(store, policy,
-		runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime), opts)
+	guard, err := ensure.NewGuard(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)), opts)
 	if err != nil {
 		store.Close()
 		return nil, nil, nil, err

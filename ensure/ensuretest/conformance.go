@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
@@ -24,8 +22,8 @@ var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 // StoreConformance checks that a RecordStore behaves as the guard needs.
 // newStore returns an empty store for each subtest.
 func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordStore) {
-	alice := &runtimeapi.AuthConfig{Username: "alice", Password: "a"}
-	bob := &runtimeapi.AuthConfig{Username: "bob", Password: "b"}
+	alice := ensure.Auth{Username: "alice", Password: "a"}
+	bob := ensure.Auth{Username: "bob", Password: "b"}
 	sa := &ensure.ServiceAccount{Namespace: "ns", Name: "app", UID: "sa-uid"}
 
 	t.Run("an unknown image has no record", func(t *testing.T) {
@@ -37,16 +35,16 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 
 	t.Run("credentials hash equally when equal and differently when not, and no credential has no hash", func(t *testing.T) {
 		s := newStore(t)
-		if s.HashAuth(alice) != s.HashAuth(&runtimeapi.AuthConfig{Username: "alice", Password: "a"}) {
+		if s.HashAuth(alice) != s.HashAuth(ensure.Auth{Username: "alice", Password: "a"}) {
 			t.Errorf("equal credentials hash differently")
 		}
 		if s.HashAuth(alice) == s.HashAuth(bob) {
 			t.Errorf("different credentials hash equally")
 		}
-		if s.HashAuth(&runtimeapi.AuthConfig{Username: "ab", Password: ""}) == s.HashAuth(&runtimeapi.AuthConfig{Username: "a", Password: "b"}) {
+		if s.HashAuth(ensure.Auth{Username: "ab", Password: ""}) == s.HashAuth(ensure.Auth{Username: "a", Password: "b"}) {
 			t.Errorf("the fields are not delimited")
 		}
-		if s.HashAuth(nil) != "" || s.HashAuth(&runtimeapi.AuthConfig{ServerAddress: "x"}) != "" {
+		if s.HashAuth(ensure.Auth{}) != "" {
 			t.Errorf("no credential got a hash")
 		}
 		if h := s.HashAuth(alice); strings.Contains(h, "alice") || !strings.HasPrefix(h, "sha256:") {
@@ -99,7 +97,7 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 	t.Run("a record holds at most 100 credentials per repository", func(t *testing.T) {
 		s := newStore(t)
 		for i := 0; i < 105; i++ {
-			h := s.HashAuth(&runtimeapi.AuthConfig{Username: fmt.Sprint("user", i), Password: "p"})
+			h := s.HashAuth(ensure.Auth{Username: fmt.Sprint("user", i), Password: "p"})
 			if err := s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: h}, "", t0); err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,6 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
@@ -53,8 +52,8 @@ func (m *MemoryStore) Get(ref string) (*ensure.Record, error) {
 }
 
 // HashAuth hashes with a fixed salt: enough for tests.
-func (m *MemoryStore) HashAuth(a *runtimeapi.AuthConfig) string {
-	if a == nil || (a.Username == "" && a.Password == "" && a.Auth == "" && a.IdentityToken == "" && a.RegistryToken == "") {
+func (m *MemoryStore) HashAuth(a ensure.Auth) string {
+	if a == (ensure.Auth{}) {
 		return ""
 	}
 	h := sha256.New()

@@ -13,7 +13,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const refA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -22,7 +21,7 @@ var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
-	alice := &runtimeapi.AuthConfig{Username: "alice", Password: "a"}
+	alice := Auth{Username: "alice", Password: "a"}
 
 	t.Run("the file is made with mode 0600 in a 0700 directory", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "state", "ensure.db")

@@ -4,12 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // saltLen is the size of the per-database salt.
 const saltLen = 32
+
+// Auth is a pull's credential as the CRI carries it (AuthConfig), less
+// the server address, which says where, not who.
+type Auth struct {
+	Username, Password, Auth, IdentityToken, RegistryToken string
+}
 
 // hashAuth returns the salted hash of a request's credential, or "" for a
 // request without one. The salt is random per database: equal credentials
@@ -19,7 +23,7 @@ const saltLen = 32
 // (pkg/credentialprovider/keyring.go, hashAuthConfig); the CRI only gives
 // us these fields, length-prefixed so no two credentials share an input.
 // server_address is left out: it says where, not who.
-func hashAuth(salt []byte, a *runtimeapi.AuthConfig) string {
+func hashAuth(salt []byte, a Auth) string {
 	if !hasCredential(a) {
 		return ""
 	}
@@ -35,6 +39,6 @@ func hashAuth(salt []byte, a *runtimeapi.AuthConfig) string {
 }
 
 // hasCredential reports whether a request carries a credential.
-func hasCredential(a *runtimeapi.AuthConfig) bool {
-	return a != nil && (a.Username != "" || a.Password != "" || a.Auth != "" || a.IdentityToken != "" || a.RegistryToken != "")
+func hasCredential(a Auth) bool {
+	return (a.Username != "" || a.Password != "" || a.Auth != "" || a.IdentityToken != "" || a.RegistryToken != "")
 }

@@ -16,7 +16,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
 )
@@ -230,7 +229,7 @@ func (s *Store) write(f func(tx *bolt.Tx, d repoDelta) (drop []string, err error
 
 // HashAuth returns the salted hash of a request's credential in this
 // database, "" for a request without one.
-func (s *Store) HashAuth(a *runtimeapi.AuthConfig) string { return hashAuth(s.salt, a) }
+func (s *Store) HashAuth(a Auth) string { return hashAuth(s.salt, a) }
 
 // AddIntent durably notes that image is about to be pulled.
 func (s *Store) AddIntent(image string) (string, error) {

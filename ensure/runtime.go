@@ -1,0 +1,33 @@
+package ensure
+
+import "context"
+
+// Runtime is what the enforcer asks the container runtime, in its own
+// terms: no CRI type crosses it. CRIRuntime adapts the CRI clients.
+type Runtime interface {
+	// Image returns the image q names (by name, image ID or ID prefix), as
+	// the runtime resolves it; ok is false when it has no such image. An
+	// error is the runtime's, unchanged (its gRPC code tells an answer
+	// about the name from no answer at all).
+	Image(ctx context.Context, q ImageQuery) (img Image, ok bool, err error)
+	// Images lists the node's images.
+	Images(ctx context.Context) ([]Image, error)
+	// PodUID returns the UID of the pod a sandbox belongs to.
+	PodUID(ctx context.Context, sandboxID string) (string, error)
+	// PodUIDs returns the UIDs of the pods the runtime has sandboxes of.
+	PodUIDs(ctx context.Context) (map[string]bool, error)
+}
+
+// ImageQuery names an image as a request does.
+type ImageQuery struct {
+	Name           string // the name, image ID or ID prefix
+	UserSpecified  string // the name the pod gave, when the request carries it
+	RuntimeHandler string
+	Annotations    map[string]string
+}
+
+// Image is an image of the node.
+type Image struct {
+	ID    string
+	Names []string // the references it is listed under: tags and digests
+}
