@@ -103,6 +103,7 @@ type Guard struct {
 	leftoverMu    sync.Mutex
 	leftover      []Intent
 	leftoverCount atomic.Int64
+	examined      bool // a settle has compared them with the runtime's images
 }
 
 // NewGuard returns the enforcer of policy over store; rt reaches the

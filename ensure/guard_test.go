@@ -464,6 +464,20 @@ func TestRecordsAndIntents(t *testing.T) {
 			t.Errorf("%d records, %d intents; want A's record and no intent", r, i)
 		}
 	})
+	t.Run("before a first settle, a failed pull of a crashed pull's image does not drop its intent", func(t *testing.T) {
+		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		// The crash: the runtime finished A's pull, the record was not
+		// written; the runtime did not answer at the restart, so no settle.
+		s.store.AddIntent(private)
+		s.node.preload(private, refApp)
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		if got := s.start(podBWrong, private, "Always"); got != errImagePull {
+			t.Fatalf("B with a wrong password: %s", got)
+		}
+		if got := s.start(podB, private, "Never"); got != errNeverPull {
+			t.Errorf("after B's failed pull a Never pod without credentials got %s: the unsettled intent was dropped", got)
+		}
+	})
 	t.Run("an intent whose name is no reference protects nothing and is dropped", func(t *testing.T) {
 		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
 		s.store.AddIntent("Not A Reference")

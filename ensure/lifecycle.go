@@ -36,6 +36,7 @@ func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 // settleLocked converts the leftover intents whose image is in images and
 // keeps the others. g.leftoverMu is held.
 func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
+	g.examined = true
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
 		for _, r := range img.Names {
@@ -76,7 +77,9 @@ func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
 // settlePulled settles the leftover intents of image once a pull of it
 // through the proxy ended: on success its own record replaced them; on
 // failure the image is still not on the node (it was not there at the
-// last settle either), so they protect nothing.
+// last settle either), so they protect nothing. Before a first settle has
+// looked at the runtime's images (it was down at start), an intent may
+// stand for an image that is present: it stays.
 func (g *Guard) settlePulled(image string) {
 	name, ok := imageref.Normalized(image)
 	if !ok {
@@ -84,6 +87,9 @@ func (g *Guard) settlePulled(image string) {
 	}
 	g.leftoverMu.Lock()
 	defer g.leftoverMu.Unlock()
+	if !g.examined {
+		return
+	}
 	keep := g.leftover[:0:0]
 	for _, in := range g.leftover {
 		if n, _ := imageref.Normalized(in.Image); n != name {
