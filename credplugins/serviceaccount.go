@@ -74,15 +74,14 @@ func (p *plugin) serviceAccountRequest(ctx context.Context, pod *PodRef) (saRequ
 	if err != nil {
 		return saRequest{}, err
 	}
+	if k := missingAnnotation(ta, sa); k != "" {
+		// A required annotation is how a workload opts in: without it the
+		// plugin is not run.
+		return saRequest{}, fmt.Errorf("plugin %s: service account %s/%s lacks the required annotation %s: %w", p.cfg.Name, sa.Namespace, sa.Name, k, ErrNoServiceAccountCredential)
+	}
 	ann := make(map[string]string, len(ta.RequiredServiceAccountAnnotationKeys)+len(ta.OptionalServiceAccountAnnotationKeys))
 	for _, k := range ta.RequiredServiceAccountAnnotationKeys {
-		v, ok := sa.Annotations[k]
-		if !ok {
-			// A required annotation is how a workload opts in: without it the
-			// plugin is not run.
-			return saRequest{}, fmt.Errorf("plugin %s: service account %s/%s lacks the required annotation %s: %w", p.cfg.Name, sa.Namespace, sa.Name, k, ErrNoServiceAccountCredential)
-		}
-		ann[k] = v
+		ann[k] = sa.Annotations[k]
 	}
 	for _, k := range ta.OptionalServiceAccountAnnotationKeys {
 		if v, ok := sa.Annotations[k]; ok {
@@ -148,16 +147,20 @@ func (in *Injector) ServiceAccountMayPull(image string, sa *corev1.ServiceAccoun
 		if ta == nil || !p.matches(image) {
 			continue
 		}
-		missing := ""
-		for _, k := range ta.RequiredServiceAccountAnnotationKeys {
-			if _, ok := sa.Annotations[k]; !ok {
-				missing = k
-				break
-			}
-		}
-		if missing == "" {
+		if missingAnnotation(ta, sa) == "" {
 			return true, "token plugin " + p.cfg.Name + " matches the image and the account carries its required annotations"
 		}
 	}
 	return false, "no token plugin would run for the image with service account " + sa.Namespace + "/" + sa.Name + " now (none matches the image, or a required annotation is gone)"
+}
+
+// missingAnnotation returns the first annotation the provider requires
+// that sa lacks, "" when it has them all.
+func missingAnnotation(ta *TokenAttributes, sa *corev1.ServiceAccount) string {
+	for _, k := range ta.RequiredServiceAccountAnnotationKeys {
+		if _, ok := sa.Annotations[k]; !ok {
+			return k
+		}
+	}
+	return ""
 }

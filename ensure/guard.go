@@ -230,9 +230,10 @@ func orUnknown(repo string) string {
 	return repo
 }
 
-// verified reports whether the credential cred is already verified for
-// imageRef as repo.
-func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) {
+// verified reports whether the request's credential (its salted hash,
+// "" for none) is already verified for imageRef as repo. A pod's other
+// secrets and its service account are the business of entitled.
+func (g *Guard) verified(imageRef, repo, hash string) (bool, string) {
 	rec, err := g.store.Get(imageRef)
 	if err != nil {
 		return false, "no readable record"
@@ -242,11 +243,9 @@ func (g *Guard) verified(imageRef, repo string, cred Credential) (bool, string) 
 		return false, "no verified pull as " + repo
 	}
 	switch {
-	case cred.Hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == cred.Hash }):
+	case hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == hash }):
 		return true, "the request's credential was verified for " + repo
-	case cred.ServiceAccount != nil && slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount):
-		return true, "the pod's service account was verified for " + repo
-	case cred.Hash == "" && c.NodePodsAccessible:
+	case hash == "" && c.NodePodsAccessible:
 		return true, repo + " is accessible to all pods of the node"
 	}
 	return false, "the request's credential was never verified for " + repo

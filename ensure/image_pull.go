@@ -28,7 +28,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	pod := req.GetSandboxConfig().GetMetadata()
 
 	if ref, hidden := g.hidden.peek(name, g.clock.Now()); hidden {
-		ok, why := g.verified(ref, repo, cred)
+		ok, why := g.verified(ref, repo, cred.Hash)
 		if !ok && g.pods != nil && pod.GetUid() != "" {
 			// As the kubelet's MustAttemptImagePull: the pod may be entitled
 			// by another of its pull secrets (rotated included), or by its

@@ -2,6 +2,7 @@ package ensure
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"strings"
 
@@ -83,26 +84,42 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	if len(c.KubernetesSecrets) == 0 {
 		return false, ""
 	}
-	for _, ref := range pod.Spec.ImagePullSecrets {
-		sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name)
-		if err != nil {
-			continue // a deleted secret entitles nobody
-		}
+	for sec := range g.pullSecrets(ctx, pod) {
 		coords := kubeletSecret{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
 		if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return records.SameSecret(s, coords) }) {
 			// The kubelet's deliberate choice for rotated secrets: the same
 			// secret (namespace, name and UID) with new content still
 			// entitles its pods.
-			return true, "its pull secret " + pod.Namespace + "/" + ref.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
+			return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
 		}
-		for _, a := range secretCredentials(sec, repo) {
-			h := g.store.HashAuth(a)
+		for _, h := range g.secretHashes(sec, repo) {
 			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
-				return true, "its pull secret " + pod.Namespace + "/" + ref.Name + " was verified for " + repo
+				return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo
 			}
 		}
 	}
 	return false, ""
+}
+
+// pullSecrets yields the pod's pull secrets that can be read; a deleted
+// one entitles nobody and is skipped.
+func (g *Guard) pullSecrets(ctx context.Context, pod *corev1.Pod) iter.Seq[*corev1.Secret] {
+	return func(yield func(*corev1.Secret) bool) {
+		for _, ref := range pod.Spec.ImagePullSecrets {
+			if sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name); err == nil && !yield(sec) {
+				return
+			}
+		}
+	}
+}
+
+// secretHashes returns the salted hashes of sec's credentials for repo.
+func (g *Guard) secretHashes(sec *corev1.Secret, repo string) []string {
+	var out []string
+	for _, a := range secretCredentials(sec, repo) {
+		out = append(out, g.store.HashAuth(a))
+	}
+	return out
 }
 
 // secretOf returns the coordinates of the pod's pull secret whose
@@ -116,15 +133,9 @@ func (g *Guard) secretOf(ctx context.Context, namespace, name, uid, repo, hash s
 	if err != nil {
 		return nil
 	}
-	for _, ref := range pod.Spec.ImagePullSecrets {
-		sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name)
-		if err != nil {
-			continue
-		}
-		for _, a := range secretCredentials(sec, repo) {
-			if g.store.HashAuth(a) == hash {
-				return &SecretRef{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
-			}
+	for sec := range g.pullSecrets(ctx, pod) {
+		if slices.Contains(g.secretHashes(sec, repo), hash) {
+			return &SecretRef{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
 		}
 	}
 	return nil
