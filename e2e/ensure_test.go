@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
 
 // ensureProxy is a proxy with KEP-2535 enforcement, its database and
@@ -293,7 +296,15 @@ func TestEnsurePublicImagesAreNeverHidden(t *testing.T) {
 // TestEnsureKill9MidPull kills the proxy with SIGKILL while pulls are in
 // flight, several times: afterwards every image that came onto the node
 // through it is still hidden from a pod without credentials, whatever
-// moment the kill hit (a record, or an intent settled at start).
+// moment the kill hit (a record, or an intent settled at start). An intent
+// whose image is not on the node is kept (its repository still counts as a
+// pull in flight) until a pull of that image through the proxy settles it.
+//
+// Each kill is timed from the pulls' progress, not from when crictl
+// started (crictl takes longer to connect than a short sleep): the first
+// round kills at the registry's first request, so every pull is cut off;
+// the middle ones some time after it; the last one once an image is on
+// the node, so at least one image landed through the proxy.
 func TestEnsureKill9MidPull(t *testing.T) {
 	needRig(t)
 	p := startEnsureProxy(t, "ensure-kill")
@@ -304,8 +315,31 @@ func TestEnsureKill9MidPull(t *testing.T) {
 	}
 	t.Cleanup(func() { crictl(t, direct(), append([]string{"rmi"}, images...)...) })
 	tn := newTenant(t, "kill-a", "alice:"+rig.Users["alice"])
+	conn, err := dialCRI(direct())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	runtimeImages := runtimeapi.NewImageServiceClient(conn)
+	onNode := func() int {
+		n := 0
+		for _, img := range images {
+			r, err := runtimeImages.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img}})
+			if err == nil && r.Image != nil {
+				n++
+			}
+		}
+		return n
+	}
 
-	for round, delay := range []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 50 * time.Millisecond, 70 * time.Millisecond, 90 * time.Millisecond, 120 * time.Millisecond, 200 * time.Millisecond} {
+	const lastRound = -1 // kill once an image is on the node
+	delays := []time.Duration{0, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, lastRound}
+	cutOff, landed := 0, 0
+	for round, delay := range delays {
+		for _, img := range images {
+			crictl(t, direct(), "rmi", img)
+		}
+		requestsBefore := registryRequests(t)
 		var wg sync.WaitGroup
 		for _, img := range images {
 			wg.Add(1)
@@ -314,13 +348,32 @@ func TestEnsureKill9MidPull(t *testing.T) {
 				crictl(t, p.ep, "pull", "--pod-config", tn.config, "--creds", tn.creds, img)
 			}()
 		}
-		time.Sleep(delay)
+		until := func(what string, cond func() bool) {
+			for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("round %d: %s did not happen within 30s", round, what)
+				}
+			}
+		}
+		until("a pull reaching the registry", func() bool { return registryRequests(t) > requestsBefore })
+		if delay == lastRound {
+			until("an image landing on the node", func() bool { return onNode() > 0 })
+		} else {
+			time.Sleep(delay)
+		}
 		p.proc.Signal(syscall.SIGKILL)
 		<-p.proc.Exited()
 		wg.Wait()
 		p.start(t)
-		if out, _ := p.records(t, "list"); !strings.Contains(out, " 0 pull(s) in flight") {
-			t.Errorf("round %d: intents left after the restart:\n%s", round, out)
+		// containerd may finish a pull the kill cut off after the restart's
+		// settle looked: a GC run settles such an intent too.
+		if out, err := p.records(t, "gc"); err != nil {
+			t.Fatalf("round %d: records gc: %v\n%s", round, err, out)
+		}
+		for _, in := range intentsLeft(t, p) {
+			if r := crictl(t, direct(), "inspecti", in.Image); r.Err == nil {
+				t.Errorf("round %d: the intent for %s was kept although its image is on the node", round, in.Image)
+			}
 		}
 		present := 0
 		for _, img := range images {
@@ -332,7 +385,40 @@ func TestEnsureKill9MidPull(t *testing.T) {
 				t.Errorf("round %d: %s came through the proxy and is now shown to anyone", round, img)
 			}
 		}
+		if present < len(images) {
+			cutOff++
+		}
+		landed += present
 		out, _ := p.records(t, "list")
-		t.Logf("round %d (kill after %v): %d of %d images on the node, all hidden\n%s", round, delay, present, len(images), out)
+		when := fmt.Sprintf("%v after the first registry request", delay)
+		if delay == lastRound {
+			when = "once an image was on the node"
+		}
+		t.Logf("round %d (kill %s): %d of %d images on the node, all hidden\n%s", round, when, present, len(images), out)
 	}
+	if cutOff == 0 || landed == 0 {
+		t.Errorf("the kills cut off pulls in %d round(s) and let %d image(s) land: the test needs both", cutOff, landed)
+	}
+
+	// A pull of each image that ends, however it ends, settles its kept intents.
+	for _, img := range images {
+		crictl(t, p.ep, "pull", "--pod-config", tn.config, "--creds", tn.creds, img)
+	}
+	if left := intentsLeft(t, p); len(left) > 0 {
+		t.Errorf("intents left after a pull of each image through the proxy: %v", left)
+	}
+}
+
+// intentsLeft is the pull intents in the proxy's database.
+func intentsLeft(t *testing.T, p *ensureProxy) []ensure.Intent {
+	t.Helper()
+	out, err := p.records(t, "export")
+	if err != nil {
+		t.Fatalf("records export: %v\n%s", err, out)
+	}
+	var ex struct{ Intents []ensure.Intent }
+	if err := json.Unmarshal([]byte(out), &ex); err != nil {
+		t.Fatalf("records export is not JSON: %v\n%s", err, out)
+	}
+	return ex.Intents
 }
