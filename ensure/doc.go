@@ -28,8 +28,12 @@
 //   - RemovePodSandbox drops the pod's grants; RemoveImage drops the record.
 //
 // On any doubt (a store error, an unknown repository, an undecodable
-// record) the answer is "must verify". Secrets are never stored: only
-// salted SHA-256 hashes, with a random salt per database.
+// record) the answer is "must verify": an unreadable record is decided as
+// if the image had been pulled with credentials. A database that cannot
+// be opened at all is replaced by UnavailableStore, on which the same
+// rules refuse every image a policy would ever verify, and every pull.
+// Secrets are never stored: only salted SHA-256 hashes, with a random salt
+// per database.
 //
 // # Records
 //

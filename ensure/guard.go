@@ -144,7 +144,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 			return -1, -1
 		}
 		return r, i
-	}, g.grants.size)
+	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil })
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,14 @@ func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
 	}
 	rec, err := g.store.Get(imageRef)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		g.log.Error("reading the image's record failed; it needs verification", "image", imageRef, "err", err)
+		// The record is unknown: decide as if the image had been pulled
+		// with credentials, the case that needs the most.
+		if !g.policy.VerificationRequired(repo, true) {
+			return decision{false, resultPolicyAllowed, g.policy.WhyNot(repo)}
+		}
+		if !errors.Is(err, ErrRecordsUnavailable) { // said once, at start
+			g.log.Error("reading the image's record failed; it needs verification", "image", imageRef, "err", err)
+		}
 		return decision{true, resultError, "the record cannot be read: " + err.Error()}
 	}
 	var mapping *imagePullCredentials

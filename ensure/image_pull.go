@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
@@ -52,7 +53,9 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		// from a preloaded image).
 		g.metrics.recordErr.Inc()
 		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", name, "err", err)
-		return nil, fmt.Errorf("ensure: cannot note the pull of %s before it starts: %w", name, err)
+		// The cause (a path, a disk) is the operator's: the pod's owner
+		// reads this in an event.
+		return nil, fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", name, errdefs.ErrUnavailable)
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)

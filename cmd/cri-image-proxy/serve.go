@@ -182,6 +182,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
 		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
 	}
+	var readyChecks []monitoring.ReadyFunc
 	var adminServer *http.Server
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
@@ -192,16 +193,21 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		if retry != nil {
 			background = append(background, retry)
 		}
-		defer store.Close()
 		interceptors = append(guard.Interceptors(), interceptors...) // outermost: it sees what the injector did
-		background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
-		l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
-		if err != nil {
-			return fmt.Errorf("admin socket: %w", err)
+		readyChecks = append(readyChecks, func(context.Context) error { return guard.RecordsAvailable() })
+		// Without the database there is nothing to administer: the records
+		// commands then open the file themselves and report its error.
+		if store != nil {
+			defer store.Close()
+			background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
+			l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
+			if err != nil {
+				return fmt.Errorf("admin socket: %w", err)
+			}
+			adminListener = l
+			adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
 		}
-		adminListener = l
-		adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
-		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket)
+		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
 	}
 	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Interceptors: interceptors})
 	if err != nil {
@@ -215,7 +221,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	var mon *monitoring.Server
 	var monListener net.Listener
 	if cfg.Monitoring.Address != "-" {
-		if mon, err = monitoring.New(reg, reg, backend.Ready, log, monitoring.Options{Profiling: cfg.Monitoring.Profiling}); err != nil {
+		if mon, err = monitoring.New(reg, reg, backend.Ready, log, monitoring.Options{Profiling: cfg.Monitoring.Profiling, Checks: readyChecks}); err != nil {
 			sock.Close()
 			return err
 		}
@@ -328,13 +334,11 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 // newGuard opens the records database and builds the ensure interceptors,
 // after settling the pull intents a crash left. When the runtime does not
 // answer, retry (non-nil) settles them in the background until it does;
-// their images need verification meanwhile.
+// their images need verification meanwhile. When the database cannot be
+// opened, the guard fails closed over ensure.UnavailableStore and the
+// store is nil.
 func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (_ *ensure.Guard, _ *records.Store, retry func(context.Context), _ error) {
 	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	store, err := records.Open(e.DatabasePath, records.Options{})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -342,7 +346,18 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 	if identity != nil {
 		opts.Pods = identity
 	}
-	guard, err := ensure.NewGuard(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)), opts)
+	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
+	store, err := records.Open(e.DatabasePath, records.Options{})
+	if err != nil {
+		// The proxy is the kubelet's runtime endpoint: refusing to start
+		// would take the node down. Serve, and fail closed instead.
+		log.Error("the records database cannot be opened: serving the runtime, but refusing every image that needs verification until it can be and the proxy is restarted. "+
+			"Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages); see docs/operations.md",
+			"database", e.DatabasePath, "err", err)
+		guard, gerr := ensure.NewGuard(ensure.UnavailableStore(err), policy, rt, opts)
+		return guard, nil, nil, gerr
+	}
+	guard, err := ensure.NewGuard(store, policy, rt, opts)
 	if err != nil {
 		store.Close()
 		return nil, nil, nil, err

@@ -30,11 +30,26 @@ type Server struct {
 type Options struct {
 	// Profiling serves net/http/pprof under /debug/pprof/.
 	Profiling bool
+	// Checks are more readiness checks for /readyz, after the backend's:
+	// the proxy may serve the runtime yet not be ready for pods.
+	Checks []ReadyFunc
 }
 
 // New returns a Server for the metrics in gatherer and the readiness
-// check ready. It also registers cri_image_proxy_backend_up on reg.
-func New(reg prometheus.Registerer, gatherer prometheus.Gatherer, ready ReadyFunc, log *slog.Logger, opts Options) (*Server, error) {
+// check backend (then opts.Checks). It also registers
+// cri_image_proxy_backend_up on reg, from backend alone.
+func New(reg prometheus.Registerer, gatherer prometheus.Gatherer, backend ReadyFunc, log *slog.Logger, opts Options) (*Server, error) {
+	ready := func(ctx context.Context) error {
+		if err := backend(ctx); err != nil {
+			return err
+		}
+		for _, c := range opts.Checks {
+			if err := c(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "cri_image_proxy",
 		Name:      "backend_up",
@@ -42,7 +57,7 @@ func New(reg prometheus.Registerer, gatherer prometheus.Gatherer, ready ReadyFun
 	}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
-		if ready(ctx) != nil {
+		if backend(ctx) != nil {
 			return 0
 		}
 		return 1
