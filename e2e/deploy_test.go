@@ -76,6 +76,33 @@ func TestInstall(t *testing.T) {
 		}
 	})
 
+	t.Run("systemd-analyze security rates the unit's exposure below 3", func(t *testing.T) {
+		out, err := exec.Command("systemd-analyze", "security", "--offline=true", "--no-pager", unit).CombinedOutput()
+		_, after, ok := strings.Cut(string(out), "Overall exposure level for cri-image-proxy.service: ")
+		var exposure float64
+		if _, serr := fmt.Sscan(after, &exposure); err != nil || !ok || serr != nil || exposure >= 3 {
+			t.Errorf("exposure %v (%v %v):\n%s", exposure, err, serr, out)
+		}
+		t.Logf("exposure %.1f", exposure)
+	})
+
+	t.Run("the unit's ExecStartPre accepts the installed config", func(t *testing.T) {
+		data, _ := os.ReadFile(unit)
+		var pre string
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "ExecStartPre="); ok {
+				pre = v
+			}
+		}
+		args := strings.Fields(strings.ReplaceAll(strings.ReplaceAll(pre, "/usr/local/bin/cri-image-proxy", bin), "/etc/cri-image-proxy/config.yaml", cfg))
+		if len(args) < 3 || args[1] != "config" || args[2] != "validate" {
+			t.Fatalf("ExecStartPre is %q, want cri-image-proxy config validate", pre)
+		}
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", pre, err, out)
+		}
+	})
+
 	t.Run("install again keeps the operator's config; uninstall keeps config and records", func(t *testing.T) {
 		os.WriteFile(cfg, []byte("# edited\n"), 0o644)
 		records := filepath.Join(root, "var/lib/cri-image-proxy/ensure.db")

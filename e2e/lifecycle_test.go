@@ -178,3 +178,45 @@ func httpGet(t *testing.T, addr, path string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestSystemdNotify runs the proxy as systemd runs a Type=notify unit: it
+// says READY=1 once its socket accepts calls (a call made right then
+// succeeds), and STOPPING=1 on SIGTERM.
+func TestSystemdNotify(t *testing.T) {
+	needRig(t)
+	notify := filepath.Join(testRig.Dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", notify) // the proxy's environment, as systemd sets it
+	sock := filepath.Join(testRig.Dir, "notify-proxy.sock")
+	p, err := testRig.RunProxy(proxyBin, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+	next := func() string {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 4096)
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification from the proxy: %v\n%s", err, p.LogText())
+		}
+		return string(buf[:n])
+	}
+	if msg := next(); msg != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", msg)
+	}
+	if r := crictl(t, "unix://"+sock, "version"); r.Err != nil {
+		t.Errorf("a call right after READY=1: %v\n%s", r.Err, r.Stderr)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if msg := next(); msg != "STOPPING=1" {
+		t.Errorf("notification on SIGTERM %q, want STOPPING=1", msg)
+	}
+}

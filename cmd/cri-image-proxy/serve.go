@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -233,6 +234,12 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 
 	log.Info("serving CRI", "socket", cfg.Socket.Path, "runtime", backend.RuntimeEndpoint,
 		"image", backend.ImageEndpoint, "monitoring", cfg.Monitoring.Address)
+	// Under systemd (Type=notify) the unit is started, and the kubelet
+	// ordered after it may start, once the socket accepts calls: from here
+	// on a connection waits in the listen backlog until Serve takes it.
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("telling systemd the proxy is ready failed", "err", err)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, run := range background {
 		g.Go(func() error { run(gctx); return nil })
@@ -259,6 +266,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		if ctx.Err() != nil {
 			log.Info("shutting down: no new calls; waiting for calls in flight", "timeout", cfg.ShutdownTimeout.Duration)
 		}
+		_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
 		defer cancel()
 		proxy.Shutdown(sctx)

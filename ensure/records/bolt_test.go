@@ -75,11 +75,25 @@ func TestOpen(t *testing.T) {
 		defer s.Close()
 		start := time.Now()
 		_, err := Open(path, Options{OpenTimeout: 100 * time.Millisecond})
-		if err == nil || !strings.Contains(err.Error(), "locked by another process") || !strings.Contains(err.Error(), path) {
+		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) {
 			t.Errorf("got %v", err)
 		}
 		if time.Since(start) > 10*time.Second {
 			t.Errorf("waited %v for the lock", time.Since(start))
+		}
+	})
+
+	t.Run("a file from a newer build is refused, read-only too", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ensure.db")
+		s, _ := Open(path, Options{})
+		s.db.Update(func(tx *bolt.Tx) error {
+			return metaBucket(tx).Put(keyVersion, binary.AppendUvarint(nil, uint64(latest(migrations)+1)))
+		})
+		s.Close()
+		for _, ro := range []bool{false, true} {
+			if _, err := Open(path, Options{ReadOnly: ro}); !errors.Is(err, errNewerDatabase) || !strings.Contains(err.Error(), path) {
+				t.Errorf("read-only %v: got %v", ro, err)
+			}
 		}
 	})
 

@@ -3,6 +3,7 @@ package records
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -83,6 +84,10 @@ type Store struct {
 	cache recordCache
 }
 
+// ErrLocked is Open's error when another process holds the file (a
+// running daemon holds it for as long as it runs).
+var ErrLocked = errors.New("locked by another process")
+
 // Open opens or creates the database at path (mode 0600, its directory
 // 0700), migrating an older layout.
 func Open(path string, opts Options) (*Store, error) {
@@ -105,7 +110,7 @@ func Open(path string, opts Options) (*Store, error) {
 		NoFreelistSync: false,
 	})
 	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("ensure database %s: locked by another process (is cri-image-proxy running? use its admin socket)", path)
+		return nil, fmt.Errorf("ensure database %s: %w (is cri-image-proxy running? use its admin socket)", path, ErrLocked)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure database %s: %w", path, err)
@@ -119,6 +124,13 @@ func Open(path string, opts Options) (*Store, error) {
 			meta := metaBucket(tx)
 			if meta == nil || len(meta.Get(keySalt)) != saltLen {
 				return errors.New("not an ensure database (no meta bucket or salt)")
+			}
+			// A read-only open runs no migration: it must still not misread
+			// a newer layout.
+			if v := meta.Get(keyVersion); v != nil {
+				if n, k := binary.Uvarint(v); k > 0 && int(n) > latest(migrations) {
+					return fmt.Errorf("%w (version %d; this build knows up to %d)", errNewerDatabase, n, latest(migrations))
+				}
 			}
 			s.salt = bytes.Clone(meta.Get(keySalt))
 			if reposBucket(tx) == nil {

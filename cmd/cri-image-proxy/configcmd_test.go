@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+)
+
+// runCLI runs the command line args and returns its output and error.
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	goodDB := filepath.Join(dir, "good.db")
+	s, err := records.Open(goodDB, records.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	badDB := filepath.Join(dir, "bad.db")
+	if err := os.WriteFile(badDB, bytes.Repeat([]byte("not a database\n"), 500), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testdata, err := filepath.Abs("../../credplugins/testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginConfig := filepath.Join(testdata, "config", "v1.yaml")
+	plugins := []string{"--image-credential-provider-config", pluginConfig, "--image-credential-provider-bin-dir", filepath.Join(testdata, "bin")}
+
+	tests := []struct {
+		name     string
+		args     []string
+		wantErr  bool
+		wantLine string
+	}{
+		{"defaults alone are valid", nil, false, "ok    configuration"},
+		{"the plugins and their executables are checked", plugins, false, "ok    credential providers " + pluginConfig + " (1 provider(s)"},
+		{"a plugin executable that is missing is an error naming it", []string{"--image-credential-provider-config", pluginConfig, "--image-credential-provider-bin-dir", dir}, true, "FAIL  credential providers"},
+		{"a kubeconfig that does not exist is an error", []string{"--kubeconfig", filepath.Join(dir, "none")}, true, "FAIL  kubeconfig " + filepath.Join(dir, "none")},
+		{"an unknown policy is an error of the configuration", []string{"--ensure-secret-pulled-images", "--image-pull-credentials-verification-policy", "Sometimes"}, true, ""},
+		{"a database that opens is ok", []string{"--ensure-secret-pulled-images", "--ensure-database", goodDB}, false, "ok    records database " + goodDB},
+		{"an absent database is ok: serve creates it", []string{"--ensure-secret-pulled-images", "--ensure-database", filepath.Join(dir, "new.db")}, false, "(absent: serve creates it)"},
+		{"a database that cannot be opened is a warning: serve would run, failing closed", []string{"--ensure-secret-pulled-images", "--ensure-database", badDB}, false, "warn  records database " + badDB},
+		{"with --strict it is an error", []string{"--ensure-secret-pulled-images", "--ensure-database", badDB, "--strict"}, true, "FAIL  records database " + badDB},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runCLI(t, append([]string{"config", "validate"}, tt.args...)...)
+			if (err != nil) != tt.wantErr || !strings.Contains(out, tt.wantLine) {
+				t.Errorf("config validate %v: err %v, want error %v; output:\n%s", tt.args, err, tt.wantErr, out)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.db")); !os.IsNotExist(err) {
+		t.Errorf("config validate created the absent database (%v)", err)
+	}
+}
+
+func TestConfigDumpIsWhatServeRunsAndLoadsBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: "+config.APIVersion+"\nkind: "+config.Kind+"\nsocket:\n  path: /run/x/x.sock\nlogging:\n  level: debug\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", file, "--log-level", "warn", "--ensure-secret-pulled-images"}
+	out, err := runCLI(t, append([]string{"config", "dump"}, args...)...)
+	if err != nil {
+		t.Fatalf("config dump: %v\n%s", err, out)
+	}
+	dumped, err := config.Decode([]byte(out))
+	if err != nil {
+		t.Fatalf("the dump does not load back: %v\n%s", err, out)
+	}
+	serveCmd := newServeCmd()
+	if err := serveCmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	want, err := loadServeConfig(serveCmd.Flags(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(dumped, want) {
+		t.Errorf("dumped %+v\nserve runs %+v", dumped, want)
+	}
+	if dumped.Socket.Path != "/run/x/x.sock" || dumped.Logging.Level != "warn" {
+		t.Errorf("the dump lost the file's socket or the flag's log level:\n%s", out)
+	}
+}
