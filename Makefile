@@ -3,7 +3,8 @@
 GO       ?= go
 BIN      ?= bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS  := -X main.version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 # Packages without root or real components; e2e/ holds the end-to-end tests.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 # The runtime the e2e tests, node tests, bench and demo run on: containerd 2.3 (built by
@@ -11,13 +12,30 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 CONTAINERD ?=
 export CONTAINERD
 
-.PHONY: help build deps test unit e2e e2e-node legacy bench demo demo-keep fuzz lint clean install uninstall
+.PHONY: help build release deps test unit e2e e2e-node legacy bench demo demo-keep fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/cri-image-proxy
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/cri-image-proxy ./cmd/cri-image-proxy
+
+# make release: static binaries (no cgo, no interpreter) of what a node runs, for each
+# platform, named NAME-OS-ARCH, and their SHA-256 sums. The version is git describe.
+RELEASE_DIR       ?= _output/release
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_COMMANDS  := cri-image-proxy docker-config-credential-provider
+
+release: ## static binaries for amd64 and arm64 and SHA256SUMS, in _output/release
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@for p in $(RELEASE_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+	  for c in $(RELEASE_COMMANDS); do \
+	    echo "$$c $$os/$$arch"; \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS) -s -w" \
+	      -o $(RELEASE_DIR)/$$c-$$os-$$arch ./cmd/$$c || exit 1; \
+	  done; done
+	cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS
+	@echo "release $(VERSION) in $(RELEASE_DIR)"
 
 deps: ## install what the e2e tests, bench and demo need (root: apt packages, crictl, critest)
 	@if [ "$$(id -u)" = 0 ]; then hack/install-deps.sh; \

@@ -11,6 +11,11 @@ import (
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
 var version = "devel"
 
+// revision is the commit, set at build time (-X main.revision=SHA) by the
+// Makefile; otherwise Go's VCS stamp is used, when the build had one
+// (GOFLAGS=-buildvcs=false, set on some build machines, leaves none).
+var revision = ""
+
 // build is what this binary is: its version, the commit it was built from,
 // the cri-api it speaks and its Go.
 type build struct {
@@ -33,6 +38,9 @@ func buildInfo() build {
 		if s.Key == "vcs.revision" {
 			b.Revision = s.Value
 		}
+	}
+	if revision != "" {
+		b.Revision = revision
 	}
 	return b
 }
