@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -22,8 +23,10 @@ const (
 	tokenNamespace = "bench"
 	tokenAudience  = "registry.bench.test"
 	tokenNode      = "bench-node"
-	tokenUser      = "cri-image-proxy-bench"
-	tokenGroup     = "cri-image-proxy"
+	// tokenUser is the proxies' identity: a node's, as shipped, so the
+	// Node authorizer and NodeRestriction apply (the pods are bound to
+	// tokenNode, where no kubelet runs).
+	tokenUser = "system:node:" + tokenNode
 	// freshPods is how many pods the uncached arm can pull for, each once:
 	// an uncached pull costs ~15 ms, so this outlasts 5 rounds of 1 s
 	// plus warm-up several times over.
@@ -48,14 +51,18 @@ type tokenEnv struct {
 }
 
 func (e *benchEnv) setUpToken() error {
-	k, err := e.rig.StartKube(rig.KubeUser{Name: tokenUser, Groups: []string{tokenGroup}})
+	k, err := e.rig.StartKube(rig.KubeUser{Name: tokenUser, Groups: []string{"system:nodes"}})
 	if err != nil {
 		return err
 	}
 	te := &tokenEnv{kube: k, countDir: filepath.Join(e.work, "token")}
 	e.token = te
-	if err := k.BindClusterRoles("deploy/kubernetes/rbac.yaml", tokenGroup); err != nil {
+	audiences, err := os.ReadFile("deploy/kubernetes/token-audiences.yaml")
+	if err != nil {
 		return err
+	}
+	if err := k.CreateRBAC([]byte(strings.ReplaceAll(string(audiences), "registry.example.com", tokenAudience))); err != nil {
+		return fmt.Errorf("token-audiences.yaml: %w", err)
 	}
 	ctx := context.Background()
 	if _, err := k.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tokenNamespace}}, metav1.CreateOptions{}); err != nil {

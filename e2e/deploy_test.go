@@ -160,7 +160,7 @@ func TestDeployManifests(t *testing.T) {
 		return err
 	}
 	files, _ := filepath.Glob("../deploy/kubernetes/*.yaml")
-	if len(files) < 3 {
+	if len(files) < 2 {
 		t.Fatalf("manifests: %v", files)
 	}
 	for _, f := range files {
@@ -176,6 +176,41 @@ func TestDeployManifests(t *testing.T) {
 			})
 		}
 	}
+	t.Run("no manifest grants what the node's identity does not have: no role on secrets, tokens or pods, no service account token", func(t *testing.T) {
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			for _, doc := range strings.Split(string(data), "\n---\n") {
+				var obj struct {
+					Kind  string `json:"kind"`
+					Rules []struct {
+						Resources []string `json:"resources"`
+					} `json:"rules"`
+					Spec struct {
+						Template struct {
+							Spec struct {
+								ServiceAccountName           string `json:"serviceAccountName"`
+								AutomountServiceAccountToken *bool  `json:"automountServiceAccountToken"`
+							} `json:"spec"`
+						} `json:"template"`
+					} `json:"spec"`
+				}
+				if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				for _, r := range obj.Rules {
+					for _, res := range r.Resources {
+						if res == "secrets" || res == "pods" || strings.HasPrefix(res, "serviceaccounts") {
+							t.Errorf("%s: a %s grants %q", filepath.Base(f), obj.Kind, res)
+						}
+					}
+				}
+				if pod := obj.Spec.Template.Spec; obj.Kind == "DaemonSet" && (pod.ServiceAccountName != "" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken) {
+					t.Errorf("%s: the DaemonSet's pod has a service account token (%q)", filepath.Base(f), pod.ServiceAccountName)
+				}
+			}
+		}
+	})
+
 	t.Run("a typo is refused: the check is real", func(t *testing.T) {
 		err := apply([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: kube-system}\ndatta: {a: b}\n"))
 		if err == nil || !strings.Contains(err.Error(), "datta") {

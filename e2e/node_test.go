@@ -91,14 +91,7 @@ func (r *nodeResults) markdown() string {
 }
 
 func TestNode(t *testing.T) {
-	k := needKube(t)
-	audiences, err := os.ReadFile("../deploy/kubernetes/token-audiences.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.CreateRBAC([]byte(strings.ReplaceAll(string(audiences), "registry.example.com", nodeAudience))); err != nil {
-		t.Fatalf("token-audiences.yaml: %v", err)
-	}
+	k := needKube(t) // it grants the nodes nodeAudience too
 	results := &nodeResults{runtime: testRig.Runtime.Name, result: map[[2]string]string{}}
 	t.Cleanup(func() {
 		table := results.markdown()
@@ -120,6 +113,8 @@ type nodeEnv struct {
 	proxy    *ensureProxy
 	nsA, nsB string
 	plugins  pluginSetup
+	// kubeconfig is the proxy's: the node's own identity, as the kubelet's.
+	kubeconfig string
 	// Images, pushed for this variant only (so that no kubelet has seen
 	// them): private needs credentials; public is the same storage through
 	// the anonymous registry.
@@ -147,6 +142,7 @@ func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *node
 		{"13. the token plugin's required annotation removed from A's account: its new pod must pull, and cannot", e.scenarioRoleRemoved},
 		{"14. A's pull secret rotated (same secret, new password): Running with no registry request", e.scenarioRotatedSecret},
 		{"15. the database full: A's record cannot be written; B's pods never run", e.scenarioFullDatabase},
+		{"16. the proxy's identity is the node's: no secret, account or token of a pod on another node; told from the kubelet in the audit log", e.scenarioNodeIdentity},
 	} {
 		skipped := false
 		ok := t.Run(sc.name, func(t *testing.T) {
@@ -206,6 +202,7 @@ func newNodeEnv(t *testing.T, k *rig.Kube, v kubeletVariant) *nodeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.kubeconfig = kubeconfig
 	e.proxy = startEnsureProxy(t, "node-"+v.id, "--kubeconfig", kubeconfig, "--node-name", rig.NodeName,
 		"--image-credential-provider-config", e.plugins.config, "--image-credential-provider-bin-dir", e.plugins.binDir)
 	e.node, err = testRig.StartNode(k, rig.KubeletOptions{Bin: bin, CRIEndpoint: e.proxy.ep, FeatureGates: v.gates})

@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 )
@@ -27,25 +29,56 @@ var (
 )
 
 const (
-	proxyUser  = "cri-image-proxy-e2e" // the proxy's identity: the deploy/ RBAC, nothing more
-	proxyGroup = "cri-image-proxy"
-	nodeName   = "rig-node"
-	audience   = "registry.rig.test"
+	// nodeName is the node the e2e tests' pods are bound to, with no
+	// kubelet: the node tests' kubelet is rig.NodeName, another node.
+	nodeName = "rig-node"
+	// proxyUser is the proxy's identity: the node's, as shipped, so that
+	// the Node authorizer and NodeRestriction scope it to nodeName's pods.
+	proxyUser = "system:node:" + nodeName
+	audience  = "registry.rig.test"
 )
 
 func needKube(t *testing.T) *rig.Kube {
 	t.Helper()
 	needRig(t)
 	kubeOnce.Do(func() {
-		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{proxyGroup}})
+		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{"system:nodes"}})
+		if kubeErr != nil {
+			return
+		}
+		// The nodes may request the token plugins' audiences (these tests'
+		// and the node tests'), as deploy/kubernetes/token-audiences.yaml
+		// grants them.
+		var manifest []byte
+		if manifest, kubeErr = os.ReadFile("../deploy/kubernetes/token-audiences.yaml"); kubeErr == nil {
+			kubeErr = testKube.CreateRBAC([]byte(strings.ReplaceAll(string(manifest), `["registry.example.com"]`, `["`+audience+`", "`+nodeAudience+`"]`)))
+		}
 		if kubeErr == nil {
-			kubeErr = testKube.BindClusterRoles("../deploy/kubernetes/rbac.yaml", proxyGroup)
+			kubeErr = watchAsNode(testKube)
 		}
 	})
 	if kubeErr != nil {
 		t.Fatalf("starting kube-apiserver: %v", kubeErr)
 	}
 	return testKube
+}
+
+// asNode is a client with the proxy's identity: createPod waits until the
+// Node authorizer relates a new pod to the node, as a kubelet only acts on
+// a pod once it has seen it.
+var asNode kubernetes.Interface
+
+func watchAsNode(k *rig.Kube) error {
+	path, err := k.WriteKubeconfig(proxyUser)
+	if err != nil {
+		return err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return err
+	}
+	asNode, err = kubernetes.NewForConfig(rc)
+	return err
 }
 
 // apiTenant is a pod in the API, bound to the rig's node, and its crictl
@@ -68,6 +101,10 @@ func createPod(t *testing.T, k *rig.Kube, ns, name, sa string, policy corev1.Pul
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, 30*time.Second, func() error {
+		_, err := asNode.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return err
+	})
 	cfg := writeJSON(t, ns+"-"+name+"-pod.json", map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": ns, "uid": string(p.UID), "attempt": 1},
 		"log_directory": filepath.Join(testRig.Dir, "pod-logs"),

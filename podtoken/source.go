@@ -29,6 +29,12 @@ import (
 // pod the runtime knows (another UID): it was deleted and re-created.
 var ErrPodMismatch = errors.New("the pod's UID differs from the sandbox's")
 
+// ErrPodNotOnNode is returned for a pod the API binds to another node: a
+// sandbox on this node cannot be it, so nothing is read or requested in
+// its name (the Node authorizer would refuse the node's identity anyway;
+// this holds for any identity).
+var ErrPodNotOnNode = errors.New("the pod is bound to another node")
+
 // Options configure a Source.
 type Options struct {
 	Logger *slog.Logger
@@ -142,6 +148,9 @@ func (s *Source) Pod(ctx context.Context, namespace, name, uid string) (*corev1.
 	}
 	if string(p.UID) != uid {
 		return nil, fmt.Errorf("pod %s/%s has UID %s, the sandbox %s: %w", namespace, name, p.UID, uid, ErrPodMismatch)
+	}
+	if p.Spec.NodeName != s.node {
+		return nil, fmt.Errorf("pod %s/%s is on node %q, this is %q: %w", namespace, name, p.Spec.NodeName, s.node, ErrPodNotOnNode)
 	}
 	return p, nil
 }

@@ -81,7 +81,9 @@ func testAccount(ns, name, uid string) *corev1.ServiceAccount {
 
 func TestPod(t *testing.T) {
 	t.Parallel()
-	api := newTokenAPI(testPod("team-a", "web", "uid-1", "builder"))
+	elsewhere := testPod("team-b", "far", "uid-2", "builder")
+	elsewhere.Spec.NodeName = "node-b"
+	api := newTokenAPI(testPod("team-a", "web", "uid-1", "builder"), elsewhere)
 	src := api.source()
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -92,6 +94,7 @@ func TestPod(t *testing.T) {
 		{name: "a pod with the sandbox's UID is returned", ns: "team-a", pod: "web", uid: "uid-1"},
 		{name: "a pod of that name with another UID is another pod", ns: "team-a", pod: "web", uid: "uid-old", wantErr: podtoken.ErrPodMismatch},
 		{name: "a pod the API does not have is NotFound, wrapped", ns: "team-a", pod: "gone", uid: "uid-9", wantNotFound: true},
+		{name: "a pod bound to another node is no pod of this node, whatever the sandbox says", ns: "team-b", pod: "far", uid: "uid-2", wantErr: podtoken.ErrPodNotOnNode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := src.Pod(ctx, tc.ns, tc.pod, tc.uid)

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -41,6 +42,43 @@ type Kube struct {
 	AdminConfig *rest.Config
 
 	etcd, apiserver *Proc
+	auditLog        string
+}
+
+// AuditEvent is what the tests read of an audit.k8s.io/v1 Event.
+type AuditEvent struct {
+	Verb string `json:"verb"`
+	User struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	UserAgent string `json:"userAgent"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// AuditEvents reads the apiserver's audit log (every request so far, at
+// Metadata level).
+func (k *Kube) AuditEvents() ([]AuditEvent, error) {
+	data, err := os.ReadFile(k.auditLog)
+	if err != nil {
+		return nil, err
+	}
+	var out []AuditEvent
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var e AuditEvent
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			continue // a line being written
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // KubeUser is a user of the static token file.
@@ -115,6 +153,13 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	if err := os.WriteFile(tokenFile, []byte(tokens.String()), 0o600); err != nil {
 		return nil, err
 	}
+	// Every request at Metadata level, once it has an answer: who made it
+	// (user and user agent), what it asked and the code.
+	auditPolicy := filepath.Join(k.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		return nil, err
+	}
+	k.auditLog = filepath.Join(k.Dir, "audit.log")
 
 	port, err := freePort()
 	if err != nil {
@@ -129,6 +174,7 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+		"--audit-policy-file", auditPolicy, "--audit-log-path", k.auditLog, "--audit-log-format", "json",
 		"--service-cluster-ip-range", "10.96.0.0/16")
 	if err != nil {
 		return nil, err
@@ -234,47 +280,6 @@ func (k *Kube) Stop() {
 			p.Stop(15 * time.Second)
 		}
 	}
-}
-
-// BindClusterRoles creates the ClusterRoles of the RBAC manifest at path
-// (deploy/kubernetes/rbac.yaml) and binds each to group: the proxy's test
-// identity gets exactly what the shipped manifest grants.
-func (k *Kube) BindClusterRoles(path, group string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	n := 0
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if meta.Kind != "ClusterRole" {
-			continue
-		}
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict([]byte(doc), &role); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if _, err := k.Admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		_, err := k.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-" + group},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: group}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("no ClusterRole in %s", path)
-	}
-	return nil
 }
 
 // CreateRBAC creates the ClusterRoles and ClusterRoleBindings of an RBAC
