@@ -201,6 +201,7 @@ type proxyRig struct {
 	img            runtimeapi.ImageServiceClient
 	direct         runtimeapi.RuntimeServiceClient // the runtime without the proxy
 	directConn     *grpc.ClientConn
+	sock           string // the proxy's
 }
 
 // newProxyRig starts a fake runtime, a proxy with opts in front of it and a
@@ -227,6 +228,7 @@ func newProxyRig(t testing.TB, opts Options, separateImage bool) *proxyRig {
 		t.Fatal(err)
 	}
 	proxySock := filepath.Join(dir, "proxy.sock")
+	r.sock = proxySock
 	l, err := net.Listen("unix", proxySock)
 	if err != nil {
 		t.Fatal(err)

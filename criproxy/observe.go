@@ -16,6 +16,9 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// lastCall is the time of each client class's last call, resolved
+	// once per class: it is set on every call.
+	lastCall map[string]prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -36,7 +39,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"service", "method"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	lastCall := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "cri_image_proxy",
+		Name:      "client_last_call_timestamp_seconds",
+		Help:      "When a client last called the proxy (Unix time), by client: kubelet, crictl (crictl and critest) or other, from the calling process's name. A kubelet that stops calling has been pointed elsewhere (cri-image-proxy doctor says where).",
+	}, []string{"client"})
+	m.lastCall = map[string]prometheus.Gauge{}
+	for _, c := range []string{ClientKubelet, ClientCrictl, ClientOther} {
+		m.lastCall[c] = lastCall.WithLabelValues(c)
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, lastCall} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,6 +81,7 @@ func (s *Server) observe(ctx context.Context, fullMethod string, unary bool, sta
 			service, method = splitMethod(fullMethod)
 		}
 		s.metrics.requests.WithLabelValues(service, method, code.String()).Inc()
+		s.metrics.lastCall[clientOf(ctx)].SetToCurrentTime()
 		if unary {
 			s.metrics.duration.WithLabelValues(service, method).Observe(elapsed.Seconds())
 		}

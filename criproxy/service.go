@@ -45,6 +45,8 @@ func New(backend *Backend, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.grpc = grpc.NewServer(
+		// Notes each connection's client process, for the last-call metric.
+		grpc.Creds(peerCredentials{proc: "/proc"}),
 		grpc.ForceServerCodecV2(codec{}),
 		grpc.UnknownServiceHandler(s.passThrough),
 		grpc.MaxRecvMsgSize(MaxMessageSize),

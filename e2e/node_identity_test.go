@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,3 +144,24 @@ func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// scenarioDoctor runs cri-image-proxy doctor against the running kubelet:
+// its endpoints (from its KubeletConfiguration) are the proxy's socket and
+// the proxy's metrics show it called a moment ago. The same kubelet seen
+// from a proxy on another socket is reported as bypassing it.
+func (e *nodeEnv) scenarioDoctor(t *testing.T) {
+	doctor := func(socket string) (string, error) {
+		out, err := exec.Command(proxyBin, "doctor", "--kubelet-pid", strconv.Itoa(e.node.Pid()),
+			"--socket", socket, "--monitoring-address", e.mon).CombinedOutput()
+		return string(out), err
+	}
+	out, err := doctor(e.proxy.sock)
+	if err != nil || strings.Count(out, "ok    ") != 4 || !strings.Contains(out, "containerRuntimeEndpoint), the proxy's socket") {
+		t.Errorf("doctor with the kubelet on the proxy: %v\n%s", err, out)
+	}
+	t.Logf("doctor:\n%s", out)
+	out, err = doctor(filepath.Join(testRig.Dir, "another-proxy.sock"))
+	if err == nil || !strings.Contains(out, "the kubelet bypasses the proxy") {
+		t.Errorf("doctor with a proxy the kubelet does not call: %v\n%s", err, out)
+	}
+}

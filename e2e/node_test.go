@@ -115,6 +115,8 @@ type nodeEnv struct {
 	plugins  pluginSetup
 	// kubeconfig is the proxy's: the node's own identity, as the kubelet's.
 	kubeconfig string
+	// mon is the proxy's monitoring address.
+	mon string
 	// Images, pushed for this variant only (so that no kubelet has seen
 	// them): private needs credentials; public is the same storage through
 	// the anonymous registry.
@@ -143,6 +145,7 @@ func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *node
 		{"14. A's pull secret rotated (same secret, new password): Running with no registry request", e.scenarioRotatedSecret},
 		{"15. the database full: A's record cannot be written; B's pods never run", e.scenarioFullDatabase},
 		{"16. the proxy's identity is the node's: no secret, account or token of a pod on another node; told from the kubelet in the audit log", e.scenarioNodeIdentity},
+		{"17. doctor: the kubelet's endpoints are the proxy's socket and it called just now; a proxy on another socket is reported bypassed", e.scenarioDoctor},
 	} {
 		skipped := false
 		ok := t.Run(sc.name, func(t *testing.T) {
@@ -203,7 +206,8 @@ func newNodeEnv(t *testing.T, k *rig.Kube, v kubeletVariant) *nodeEnv {
 		t.Fatal(err)
 	}
 	e.kubeconfig = kubeconfig
-	e.proxy = startEnsureProxy(t, "node-"+v.id, "--kubeconfig", kubeconfig, "--node-name", rig.NodeName,
+	e.mon = freeAddr(t)
+	e.proxy = startEnsureProxy(t, "node-"+v.id, "--kubeconfig", kubeconfig, "--monitoring-address", e.mon, "--node-name", rig.NodeName,
 		"--image-credential-provider-config", e.plugins.config, "--image-credential-provider-bin-dir", e.plugins.binDir)
 	e.node, err = testRig.StartNode(k, rig.KubeletOptions{Bin: bin, CRIEndpoint: e.proxy.ep, FeatureGates: v.gates})
 	if err != nil {

@@ -4,6 +4,7 @@
 //
 //	cri-image-proxy serve [--config FILE] [flags]             the daemon
 //	cri-image-proxy config validate|dump [--config FILE] [flags]
+//	cri-image-proxy doctor [--config FILE] [flags]           is the kubelet on the proxy?
 //	cri-image-proxy plugins validate|test ...
 //	cri-image-proxy records list|show|explain|revoke|forget|gc|export
 //	cri-image-proxy bake ...

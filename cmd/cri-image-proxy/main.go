@@ -52,6 +52,6 @@ forwards every call to the runtime and intercepts the image path.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newConfigCmd(), newPluginsCmd(), newRecordsCmd(), newBakeCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newConfigCmd(), newDoctorCmd(), newPluginsCmd(), newRecordsCmd(), newBakeCmd(), newVersionCmd())
 	return root
 }

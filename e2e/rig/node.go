@@ -154,6 +154,9 @@ func (n *Node) ready(ctx context.Context) error {
 // Log returns the kubelet's log since its last start.
 func (n *Node) Log() string { return n.kubelet.LogText() }
 
+// Pid is the running kubelet's process ID.
+func (n *Node) Pid() int { return n.kubelet.Pid() }
+
 func (n *Node) kubeletConfig(opts KubeletOptions) ([]byte, error) {
 	port, err := freePort()
 	if err != nil {

@@ -1,0 +1,98 @@
+package criproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+// Client classes: the label values of the last-call metric. A class is
+// taken from the calling process's name, for observation only (which
+// client still calls the proxy): any process may take any name, so no
+// decision is ever made on it.
+const (
+	ClientKubelet = "kubelet"
+	ClientCrictl  = "crictl"
+	ClientOther   = "other"
+)
+
+// clientClass maps a process name (/proc/PID/comm, at most 15 bytes) to
+// a client class.
+func clientClass(comm string) string {
+	switch comm {
+	case "kubelet":
+		return ClientKubelet
+	case "crictl", "critest":
+		return ClientCrictl
+	}
+	return ClientOther
+}
+
+// PeerInfo is what the proxy learns of a client at connection time, from
+// the unix socket's peer credentials (SO_PEERCRED).
+type PeerInfo struct {
+	PID   int32
+	UID   uint32
+	Comm  string // the process name; "" when it could not be read
+	Class string
+	credentials.CommonAuthInfo
+}
+
+// AuthType is part of credentials.AuthInfo.
+func (PeerInfo) AuthType() string { return "peercred" }
+
+// peerCredentials is a gRPC transport "security" that exchanges nothing:
+// it notes who is at the other end of a unix socket connection, once per
+// connection, so that every call can be told by its client.
+type peerCredentials struct{ proc string }
+
+var _ credentials.TransportCredentials = peerCredentials{}
+
+func (peerCredentials) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("peerCredentials is server-side only")
+}
+
+// ServerHandshake never fails a connection: a client whose credentials
+// cannot be read is served as any other, of class "other".
+func (p peerCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	info := PeerInfo{Class: ClientOther, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}
+	if uc, ok := conn.(*net.UnixConn); ok {
+		if raw, err := uc.SyscallConn(); err == nil {
+			var cred *syscall.Ucred
+			var serr error
+			if err := raw.Control(func(fd uintptr) {
+				cred, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+			}); err == nil && serr == nil && cred.Pid > 0 {
+				info.PID, info.UID = cred.Pid, cred.Uid
+				if b, err := os.ReadFile(fmt.Sprintf("%s/%d/comm", p.proc, cred.Pid)); err == nil {
+					info.Comm = strings.TrimSpace(string(b))
+					info.Class = clientClass(info.Comm)
+				}
+			}
+		}
+	}
+	return conn, info, nil
+}
+
+func (peerCredentials) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "peercred"}
+}
+func (p peerCredentials) Clone() credentials.TransportCredentials { return p }
+func (peerCredentials) OverrideServerName(string) error           { return nil }
+
+// clientOf returns the class of the client that made the call in ctx.
+func clientOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(PeerInfo); ok {
+			return info.Class
+		}
+	}
+	return ClientOther
+}
