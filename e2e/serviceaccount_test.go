@@ -367,3 +367,37 @@ func TestExecPluginKubeconfig(t *testing.T) {
 		t.Errorf("the exec credential plugin never ran")
 	}
 }
+
+// TestJSONLogsAreAllJSON runs the proxy with --log-format json and makes
+// client-go log: its identity (node rig-node) watches the pods of another
+// node, which the Node authorizer refuses, so the reflector reports it
+// through klog. Every line of the log is one JSON object, those included.
+func TestJSONLogsAreAllJSON(t *testing.T) {
+	k := needKube(t)
+	kubeconfig, err := k.WriteKubeconfig(proxyUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(testRig.Dir, "json.sock")
+	p, err := testRig.StartProxy(proxyBin, sock, "--log-format", "json", "--kubeconfig", kubeconfig, "--node-name", "someone-elses-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+	var lines []string
+	waitUntil(t, 60*time.Second, func() error {
+		lines = strings.Split(strings.TrimSpace(p.LogText()), "\n")
+		for _, l := range lines {
+			if strings.Contains(l, "forbidden") && strings.Contains(l, "pods") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no line from client-go's reflector yet")
+	})
+	for i, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Errorf("line %d is not JSON: %v\n%s", i+1, err, l)
+		}
+	}
+}

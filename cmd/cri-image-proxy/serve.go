@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -139,19 +141,26 @@ func loadServeConfig(parsed *pflag.FlagSet, configPath string) (*config.ProxyCon
 	return cfg, nil
 }
 
-func newLogger(l config.Logging) *slog.Logger {
+// newLogger returns the daemon's logger, writing to w, and sends
+// client-go's klog output through it too: one format (JSON mode is all
+// JSON), one level filter.
+func newLogger(l config.Logging, w io.Writer) *slog.Logger {
 	level, _ := l.SlogLevel() // validated
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	if l.Format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	} else {
+		log = slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	klog.SetSlogLogger(log)
+	return log
 }
 
 // serve runs the daemon until ctx is cancelled (SIGTERM, SIGINT), then
 // shuts down gracefully.
 func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
-	log := newLogger(cfg.Logging)
+	log := newLogger(cfg.Logging, os.Stderr)
 	backend, err := criproxy.Dial(cfg.RuntimeEndpoint, cfg.ImageEndpoint)
 	if err != nil {
 		return err
