@@ -1,0 +1,65 @@
+package ensure_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
+)
+
+func TestStatusCarriesTheRecordsCondition(t *testing.T) {
+	t.Parallel()
+	runtimeStatus := func(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+		return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+			{Type: "RuntimeReady", Status: true}, {Type: "NetworkReady", Status: true},
+		}}, Info: map[string]string{"config": "{}"}}, nil
+	}
+	for _, tt := range []struct {
+		name       string
+		store      ensure.RecordStore
+		wantStatus bool
+		wantReason string
+	}{
+		{"an open database: the condition is true", ensuretest.NewMemoryStore(), true, "RecordsDatabaseOpen"},
+		{"a database that could not be opened: false, without its cause", ensure.UnavailableStore(errors.New("page 7 out of range")), false, "RecordsDatabaseUnavailable"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+			g, err := ensure.NewGuard(tt.store, p, ensure.CRIRuntime(newFakeNode(), newFakeNode()), ensure.GuardOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := g.Status(context.Background(), &runtimeapi.StatusRequest{Verbose: true}, runtimeStatus)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := resp.GetStatus().GetConditions()
+			if len(cs) != 3 || cs[0].Type != "RuntimeReady" || cs[1].Type != "NetworkReady" || resp.Info["config"] != "{}" {
+				t.Fatalf("the runtime's answer changed: %v", resp)
+			}
+			c := cs[2]
+			if c.Type != ensure.RecordsCondition || c.Status != tt.wantStatus || c.Reason != tt.wantReason {
+				t.Errorf("condition %v, want %s %v %s", c, ensure.RecordsCondition, tt.wantStatus, tt.wantReason)
+			}
+			if strings.Contains(c.Message, "page 7") {
+				t.Errorf("the condition tells the cause: %q", c.Message)
+			}
+		})
+	}
+	t.Run("a runtime error passes through unchanged", func(t *testing.T) {
+		p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		g, _ := ensure.NewGuard(ensuretest.NewMemoryStore(), p, ensure.CRIRuntime(newFakeNode(), newFakeNode()), ensure.GuardOptions{})
+		down := errors.New("runtime down")
+		if _, err := g.Status(context.Background(), &runtimeapi.StatusRequest{}, func(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+			return nil, down
+		}); !errors.Is(err, down) {
+			t.Errorf("got %v", err)
+		}
+	})
+}
