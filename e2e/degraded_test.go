@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
 
 // TestEnsureDatabaseThatCannotBeOpened starts the proxy on a records
@@ -44,6 +46,9 @@ func TestEnsureDatabaseThatCannotBeOpened(t *testing.T) {
 	t.Run("the runtime is still served", func(t *testing.T) {
 		if r := crictl(t, p.ep, "version"); r.Err != nil {
 			t.Fatalf("crictl version: %v\n%s", r.Err, r.Stderr)
+		}
+		if c := recordsCondition(t, p.ep); c == nil || c.Status || c.Reason != "RecordsDatabaseUnavailable" {
+			t.Errorf("crictl info shows the records condition %+v, want false", c)
 		}
 		if code, body := httpGet(t, mon, "/readyz"); code != 503 || !strings.Contains(body, "records database") {
 			t.Errorf("readyz: %d %q, want 503 naming the records database", code, body)
@@ -105,6 +110,9 @@ func TestEnsureDatabaseThatCannotBeOpened(t *testing.T) {
 		if code, body := httpGet(t, mon, "/readyz"); code != 200 {
 			t.Errorf("readyz: %d %q", code, body)
 		}
+		if c := recordsCondition(t, p.ep); c == nil || !c.Status {
+			t.Errorf("crictl info shows the records condition %+v, want true", c)
+		}
 		if n := alice2.pullCountingRequests(t, p.ep, img); n != 0 {
 			t.Errorf("%d registry requests for A's verified re-use, want 0", n)
 		}
@@ -112,4 +120,38 @@ func TestEnsureDatabaseThatCannotBeOpened(t *testing.T) {
 			t.Errorf("the image is shown to B")
 		}
 	})
+}
+
+// condition is a runtime condition as crictl info prints it.
+type condition struct {
+	Type    string `json:"type"`
+	Status  bool   `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// recordsCondition is the proxy's records condition in crictl info at ep,
+// nil when it has none; the runtime's own conditions must be there too.
+func recordsCondition(t *testing.T, ep string) *condition {
+	t.Helper()
+	var info struct {
+		Status struct {
+			Conditions []condition `json:"conditions"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(mustCrictl(t, ep, "info")), &info); err != nil {
+		t.Fatalf("crictl info: %v", err)
+	}
+	var found *condition
+	types := map[string]bool{}
+	for i, c := range info.Status.Conditions {
+		types[c.Type] = true
+		if c.Type == ensure.RecordsCondition {
+			found = &info.Status.Conditions[i]
+		}
+	}
+	if !types["RuntimeReady"] || !types["NetworkReady"] {
+		t.Errorf("crictl info through the proxy lost the runtime's conditions: %v", info.Status.Conditions)
+	}
+	return found
 }
