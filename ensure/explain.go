@@ -29,10 +29,22 @@ type Explanation struct {
 	Verdict string `json:"verdict"`
 }
 
-// Explain tells what the guard decides for image (a name or an image ID)
-// and, when podUID is set, that pod. It changes nothing.
-func (g *Guard) Explain(ctx context.Context, image, podUID string, grantsKnown bool) (*Explanation, error) {
-	e := &Explanation{Image: image, Policy: string(g.policy.Name()), PodUID: podUID, GrantsKnown: grantsKnown}
+// Explain tells what the core decides for image (a name or an image ID)
+// and, when podUID is set, that pod, without the daemon's grants (it does
+// not know them: GrantsKnown is false). It changes nothing.
+func (g *Decider) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
+	return g.explain(ctx, image, podUID, nil)
+}
+
+// Explain is the Decider's, with the pod's in-memory grant.
+func (g *Guard) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
+	return g.Decider.explain(ctx, image, podUID, g.grants.has)
+}
+
+// explain is Explain; granted, when the caller knows the grants, tells
+// whether a pod holds one for an image.
+func (g *Decider) explain(ctx context.Context, image, podUID string, granted func(podUID, imageRef string) bool) (*Explanation, error) {
+	e := &Explanation{Image: image, Policy: string(g.policy.Name()), PodUID: podUID, GrantsKnown: granted != nil}
 	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
@@ -61,8 +73,8 @@ func (g *Guard) Explain(ctx context.Context, image, podUID string, grantsKnown b
 	}
 	d := g.decideNoMetrics(e.ImageRef, e.Repository)
 	e.NeedsVerification, e.Result, e.Rule = d.verify, d.result, d.rule
-	if podUID != "" && grantsKnown {
-		e.PodGranted = g.grants.has(podUID, e.ImageRef)
+	if podUID != "" && granted != nil {
+		e.PodGranted = granted(podUID, e.ImageRef)
 	}
 	var b strings.Builder
 	switch {

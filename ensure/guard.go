@@ -75,27 +75,18 @@ type GuardOptions struct {
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
 // concurrent use.
 type Guard struct {
-	store   RecordStore
-	policy  Policy
-	runtime Runtime
-	grants  *grantTable
-	hidden  *hideTable
-	pending *pendingTable
-	// unrecorded are images pulled through the proxy whose record could
-	// not be written: until a restart settles their intents, they count as
-	// pulled with no verified credential (see PullImage).
-	unrecorded *pendingTable
+	// Decider is the core the CRI path shares with records explain: the
+	// records, the policy, the runtime and the pulls in flight.
+	Decider
+	grants *grantTable
+	hidden *hideTable
 	// refs order a pull's record against RemoveImage's forget.
 	refs     *refLocks
 	metrics  *metrics
-	log      *slog.Logger
 	clock    clock.PassiveClock
 	grace    time.Duration
 	pods     NodePods
 	accounts AccountCheck
-
-	// names remembers parsed image names.
-	names imageref.Names
 
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
@@ -110,13 +101,14 @@ type Guard struct {
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		store: store, policy: policy, runtime: rt,
-		grants: newGrantTable(), pending: newPendingTable(), unrecorded: newPendingTable(), refs: newRefLocks(),
-		log: opts.Logger, clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts,
+		grants: newGrantTable(), refs: newRefLocks(),
+		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts,
 	}
-	if g.log == nil {
-		g.log = slog.New(slog.DiscardHandler)
+	leftover, err := g.Decider.init(store, policy, rt, opts.Logger)
+	if err != nil {
+		return nil, err
 	}
+	g.setLeftover(leftover)
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}
@@ -128,16 +120,6 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		ttl = 2 * time.Minute
 	}
 	g.hidden = newHideTable(ttl, 10000)
-	leftover, err := store.Intents()
-	if err != nil {
-		return nil, fmt.Errorf("reading pull intents: %w", err)
-	}
-	for _, in := range leftover {
-		if repo, ok := imageref.Repository(in.Image); ok {
-			g.pending.inc(repo)
-		}
-	}
-	g.setLeftover(leftover)
 	g.metrics, err = newMetrics(opts.Registerer, func() (int, int) {
 		r, i, err := store.Counts()
 		if err != nil {
@@ -173,7 +155,7 @@ func (g *Guard) decide(imageRef, repo string) decision {
 	return d
 }
 
-func (g *Guard) decideNoMetrics(imageRef, repo string) decision {
+func (g *Decider) decideNoMetrics(imageRef, repo string) decision {
 	if imageRef == "" {
 		return decision{true, resultMustAuth, "no image ID"}
 	}
@@ -240,7 +222,7 @@ func orUnknown(repo string) string {
 // verified reports whether the request's credential (its salted hash,
 // "" for none) is already verified for imageRef as repo. A pod's other
 // secrets and its service account are the business of entitled.
-func (g *Guard) verified(imageRef, repo, hash string) (bool, string) {
+func (g *Decider) verified(imageRef, repo, hash string) (bool, string) {
 	rec, err := g.store.Get(imageRef)
 	if err != nil {
 		return false, "no readable record"
@@ -260,19 +242,19 @@ func (g *Guard) verified(imageRef, repo, hash string) (bool, string) {
 
 // repoMayNeedVerification reports, from memory only, whether an image
 // listed as repo may need verification: it errs towards true.
-func (g *Guard) repoMayNeedVerification(repo string) bool {
+func (g *Decider) repoMayNeedVerification(repo string) bool {
 	return g.policy.MayNeedVerification(repo, g)
 }
 
-func (g *Guard) pullInFlight(repo string) bool { return g.pending.has(repo) }
-func (g *Guard) restricted(repo string) bool   { return g.store.Restricted(repo) }
+func (g *Decider) pullInFlight(repo string) bool { return g.pending.has(repo) }
+func (g *Decider) restricted(repo string) bool   { return g.store.Restricted(repo) }
 
 // parse is imageref's parse of image, remembered: the same few names
 // come back on every kubelet sync, and parsing one costs microseconds.
-func (g *Guard) parse(image string) imageref.Name { return g.names.Parse(image) }
+func (g *Decider) parse(image string) imageref.Name { return g.names.Parse(image) }
 
 // repository is imageref.Repository, remembered.
-func (g *Guard) repository(image string) (string, bool) {
+func (g *Decider) repository(image string) (string, bool) {
 	n := g.names.Parse(image)
 	return n.Repository, n.OK
 }
@@ -281,7 +263,7 @@ func (g *Guard) repository(image string) (string, bool) {
 // repo, given the lists of names it lists it under: only then did a lookup
 // by name really find it by that name (containerd also resolves a name
 // that is an ID prefix).
-func (g *Guard) listedAs(repo string, names ...[]string) bool {
+func (g *Decider) listedAs(repo string, names ...[]string) bool {
 	for _, list := range names {
 		for _, r := range list {
 			if name, ok := g.repository(r); ok && name == repo {
@@ -294,7 +276,7 @@ func (g *Guard) listedAs(repo string, names ...[]string) bool {
 
 // resolve returns the image ID of q and the repository it is known under
 // ("" when it cannot be told), asking the runtime itself; "" when absent.
-func (g *Guard) resolve(ctx context.Context, q ImageQuery) (ref, repo string, err error) {
+func (g *Decider) resolve(ctx context.Context, q ImageQuery) (ref, repo string, err error) {
 	img, ok, err := g.runtime.Image(ctx, q)
 	if err != nil || !ok {
 		return "", "", err
@@ -319,7 +301,7 @@ func describe(c Credential) string {
 
 // logDecision writes the decision log line, at debug level. It never
 // holds a secret: images, pods and rules only.
-func (g *Guard) logDecision(ctx context.Context, what, image, imageRef, pod, rule string) {
+func (g *Decider) logDecision(ctx context.Context, what, image, imageRef, pod, rule string) {
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", imageRef, "pod", pod, "rule", rule)
 	}
@@ -331,7 +313,7 @@ func (g *Guard) DropGrants(imageRef string) { g.grants.dropImage(imageRef) }
 
 // ResolveImage returns the image ID of a name, as the runtime answers it;
 // an error when the image is not present.
-func (g *Guard) ResolveImage(ctx context.Context, image string) (string, error) {
+func (g *Decider) ResolveImage(ctx context.Context, image string) (string, error) {
 	ref, _, err := g.resolve(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return "", err

@@ -155,12 +155,8 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 		}
 	}
 	g.leftoverMu.Unlock()
-	present := map[string]bool{}
-	for _, img := range images {
-		present[img.ID] = true
-	}
-	if records, err = g.store.Prune(func(ref string) bool { return present[ref] }, until); err != nil {
-		return 0, 0, fmt.Errorf("gc: %w", err)
+	if records, err = g.prune(images, until); err != nil {
+		return 0, 0, err
 	}
 	alive, err := g.runtime.PodUIDs(ctx)
 	if err != nil {
@@ -192,4 +188,27 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// PruneRecords drops the records of images the runtime no longer lists,
+// last updated before until: the records part of GC, for a records gc run
+// with no daemon (the daemon settles the intents on disk at its start).
+func (g *Decider) PruneRecords(ctx context.Context, until time.Time) (int, error) {
+	images, err := g.runtime.Images(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("gc: list images: %w", err)
+	}
+	return g.prune(images, until)
+}
+
+func (g *Decider) prune(images []Image, until time.Time) (int, error) {
+	present := make(map[string]bool, len(images))
+	for _, img := range images {
+		present[img.ID] = true
+	}
+	n, err := g.store.Prune(func(ref string) bool { return present[ref] }, until)
+	if err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	return n, nil
 }

@@ -65,7 +65,7 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 			if err := create(); err != nil {
 				t.Fatalf("before the revoke, the pod that pulled is refused: %v", err)
 			}
-			admin := &admin.Local{Store: store, Guard: s.guard, GrantsKnown: true}
+			admin := &admin.Local{Store: store, Core: s.guard, Daemon: s.guard}
 			if res, err := tc.revoke(admin); err != nil || res.Records != 1 {
 				t.Fatalf("revoke: %+v, %v", res, err)
 			}

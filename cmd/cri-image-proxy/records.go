@@ -255,11 +255,11 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 		if err != nil {
 			return nil, nil, err
 		}
-		guard, err := ensure.NewGuard(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)), ensure.GuardOptions{})
+		core, err := ensure.NewDecider(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)))
 		if err != nil {
 			return nil, nil, err
 		}
-		local.Guard = guard
+		local.Core = core
 	}
 	return local, func() {
 		for _, c := range closers {

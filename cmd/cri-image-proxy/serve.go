@@ -215,7 +215,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 				return fmt.Errorf("admin socket: %w", err)
 			}
 			adminListener = l
-			adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Guard: guard, GrantsKnown: true}), ReadHeaderTimeout: 10 * time.Second}
+			adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Core: guard, Daemon: guard}), ReadHeaderTimeout: 10 * time.Second}
 		}
 		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
 	}

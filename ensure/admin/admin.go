@@ -62,24 +62,34 @@ type Service interface {
 	Resolve(ctx context.Context, image string) (string, error)
 }
 
-// Guard is what Local needs of the guard (*ensure.Guard): its decisions,
-// garbage collection and the grants it keeps in memory.
-type Guard interface {
-	DropGrants(imageRef string)
-	GC(ctx context.Context) (records, grants int, err error)
-	Explain(ctx context.Context, image, podUID string, grantsKnown bool) (*ensure.Explanation, error)
+// Core is the enforcer's decisions: an *ensure.Decider on the database
+// file when no daemon runs, the daemon's *ensure.Guard in the daemon.
+type Core interface {
+	Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error)
 	ResolveImage(ctx context.Context, image string) (string, error)
+	PruneRecords(ctx context.Context, until time.Time) (int, error)
 }
 
-// Local works on a Store directly, with a Guard for the decisions.
-// Grants live in the daemon's memory: a Local does not know them.
-type Local struct {
-	Store *records.Store
-	Guard Guard
-	// GrantsKnown says whether Guard is the serving daemon's.
-	GrantsKnown bool
-	Now         func() time.Time
+// Daemon is what only the running daemon (*ensure.Guard) holds: the pods'
+// grants in memory, and its garbage collection, which also settles the
+// intents a crash left.
+type Daemon interface {
+	DropGrants(imageRef string)
+	GC(ctx context.Context) (records, grants int, err error)
 }
+
+// Local works on a Store directly, with the Core for the decisions (nil
+// without a runtime to ask) and, in the daemon, the Daemon.
+type Local struct {
+	Store  *records.Store
+	Core   Core
+	Daemon Daemon // nil outside the daemon
+	Now    func() time.Time
+}
+
+// offlineGrace is how old a record of an absent image must be for a
+// records gc with no daemon to drop it: the daemon's default grace.
+const offlineGrace = 10 * time.Minute
 
 var _ Service = (*Local)(nil)
 
@@ -106,16 +116,16 @@ func (l *Local) Get(_ context.Context, ref string) (*ensure.Record, error) { ret
 
 func (l *Local) Forget(_ context.Context, ref string) (bool, error) {
 	ok, err := l.Store.Forget(ref)
-	if err == nil && l.Guard != nil {
-		l.Guard.DropGrants(ref)
+	if err == nil && l.Daemon != nil {
+		l.Daemon.DropGrants(ref)
 	}
 	return ok, err
 }
 
 func (l *Local) RevokeImage(_ context.Context, ref string) (RevokeResult, error) {
 	ok, err := l.Store.RevokeImage(ref, l.now())
-	if err == nil && l.Guard != nil {
-		l.Guard.DropGrants(ref)
+	if err == nil && l.Daemon != nil {
+		l.Daemon.DropGrants(ref)
 	}
 	n := 0
 	if ok {
@@ -130,27 +140,31 @@ func (l *Local) RevokeImage(_ context.Context, ref string) (RevokeResult, error)
 // container start (one that still has a verified credential passes).
 func (l *Local) RevokeServiceAccount(_ context.Context, ns, name string) (RevokeResult, error) {
 	refs, err := l.Store.RevokeServiceAccount(ns, name, l.now())
-	if l.Guard != nil {
+	if l.Daemon != nil {
 		for _, ref := range refs {
-			l.Guard.DropGrants(ref)
+			l.Daemon.DropGrants(ref)
 		}
 	}
 	return RevokeResult{Records: len(refs)}, err
 }
 
 func (l *Local) GC(ctx context.Context) (GCResult, error) {
-	if l.Guard == nil {
-		return GCResult{}, errors.New("gc needs the container runtime")
+	switch {
+	case l.Daemon != nil:
+		r, g, err := l.Daemon.GC(ctx)
+		return GCResult{Records: r, Grants: g}, err
+	case l.Core != nil:
+		r, err := l.Core.PruneRecords(ctx, l.now().Add(-offlineGrace))
+		return GCResult{Records: r}, err
 	}
-	r, g, err := l.Guard.GC(ctx)
-	return GCResult{Records: r, Grants: g}, err
+	return GCResult{}, errors.New("gc needs the container runtime")
 }
 
 func (l *Local) Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error) {
-	if l.Guard == nil {
+	if l.Core == nil {
 		return nil, errors.New("explain needs the container runtime")
 	}
-	return l.Guard.Explain(ctx, image, podUID, l.GrantsKnown)
+	return l.Core.Explain(ctx, image, podUID)
 }
 
 func (l *Local) Resolve(ctx context.Context, image string) (string, error) {
@@ -160,10 +174,10 @@ func (l *Local) Resolve(ctx context.Context, image string) (string, error) {
 		}
 		return image, nil
 	}
-	if l.Guard == nil {
+	if l.Core == nil {
 		return "", fmt.Errorf("%q is not an image ID (sha256:...), and resolving names needs the container runtime", image)
 	}
-	return l.Guard.ResolveImage(ctx, image)
+	return l.Core.ResolveImage(ctx, image)
 }
 
 // NewHandler serves the admin API over a.

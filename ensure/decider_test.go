@@ -1,0 +1,52 @@
+package ensure_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// TestTheDeciderAloneDecidesAsTheGuard: records explain with no daemon
+// runs the core on the database file; its decision for every image and
+// pod is the daemon's, grants aside (it says it does not know them).
+func TestTheDeciderAloneDecidesAsTheGuard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, name := range ensure.Policies {
+		policy := ensure.PolicyName(name)
+		var allow []string
+		if policy == ensure.NeverVerifyAllowlistedImages {
+			allow = []string{"registry.test/public/*"}
+		}
+		s := newSetup(t, policy, allow...)
+		s.node.preload(public, refTool)
+		s.start(podA, private, "IfNotPresent") // A pulls the private image with its secret
+		p, err := ensure.NewPolicy(policy, allow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		core, err := ensure.NewDecider(s.store, p, ensure.CRIRuntime(s.node, s.node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range []string{private, public, refApp, "registry.test/absent:v1"} {
+			for _, uid := range []string{"", podA.uid, podB.uid} {
+				want, err := s.guard.Explain(ctx, img, uid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := core.Explain(ctx, img, uid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.GrantsKnown || !want.GrantsKnown {
+					t.Errorf("%s: grants known: core %v, guard %v", policy, got.GrantsKnown, want.GrantsKnown)
+				}
+				if got.NeedsVerification != want.NeedsVerification || got.Rule != want.Rule || got.Result != want.Result || got.ImageRef != want.ImageRef || got.Repository != want.Repository {
+					t.Errorf("%s, %s, pod %q: the core says %+v, the guard %+v", policy, img, uid, got, want)
+				}
+			}
+		}
+	}
+}
