@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -66,6 +67,9 @@ type AuditEvent struct {
 // AuditEvents reads the apiserver's audit log (every request so far, at
 // Metadata level).
 func (k *Kube) AuditEvents() ([]AuditEvent, error) {
+	if k.auditLog == "" {
+		return nil, errors.New("the apiserver writes no audit log: start the rig with Options.KubeAudit")
+	}
 	data, err := os.ReadFile(k.auditLog)
 	if err != nil {
 		return nil, err
@@ -153,20 +157,24 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	if err := os.WriteFile(tokenFile, []byte(tokens.String()), 0o600); err != nil {
 		return nil, err
 	}
-	// Every request at Metadata level, once it has an answer: who made it
-	// (user and user agent), what it asked and the code.
-	auditPolicy := filepath.Join(k.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(auditPolicy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
-		return nil, err
+	var audit []string
+	if r.opts.KubeAudit {
+		// Every request at Metadata level, once it has an answer: who made
+		// it (user and user agent), what it asked and the code.
+		auditPolicy := filepath.Join(k.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(auditPolicy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+			return nil, err
+		}
+		k.auditLog = filepath.Join(k.Dir, "audit.log")
+		audit = []string{"--audit-policy-file", auditPolicy, "--audit-log-path", k.auditLog, "--audit-log-format", "json"}
 	}
-	k.auditLog = filepath.Join(k.Dir, "audit.log")
 
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	k.Server = fmt.Sprintf("https://127.0.0.1:%d", port)
-	k.apiserver, err = startProc("kube-apiserver", filepath.Join(k.Dir, "kube-apiserver.log"), nil, filepath.Join(bin, "kube-apiserver"),
+	args := []string{filepath.Join(bin, "kube-apiserver"),
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
 		"--cert-dir", filepath.Join(k.Dir, "certs"),
@@ -174,8 +182,8 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
-		"--audit-policy-file", auditPolicy, "--audit-log-path", k.auditLog, "--audit-log-format", "json",
-		"--service-cluster-ip-range", "10.96.0.0/16")
+		"--service-cluster-ip-range", "10.96.0.0/16"}
+	k.apiserver, err = startProc("kube-apiserver", filepath.Join(k.Dir, "kube-apiserver.log"), nil, append(args, audit...)...)
 	if err != nil {
 		return nil, err
 	}

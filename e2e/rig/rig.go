@@ -40,6 +40,10 @@ type Options struct {
 	GCRAuthed bool
 	// Runtime is the containerd to run; the zero value is RuntimeFromEnv.
 	Runtime Runtime
+	// KubeAudit makes StartKube's apiserver write an audit log of every
+	// request (Kube.AuditEvents). Off for benchmarks: it costs the
+	// apiserver on every request.
+	KubeAudit bool
 	// Logf reports progress; nil is quiet.
 	Logf func(format string, args ...any)
 }
