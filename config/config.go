@@ -160,6 +160,21 @@ type Monitoring struct {
 	// Profiling serves Go's pprof handlers under /debug/pprof/ as well.
 	// Off by default: profiles reveal the process's memory.
 	Profiling bool `json:"profiling,omitempty"`
+	// Secure serves /metrics alone over TLS on a node address, for
+	// Prometheus in the cluster, to callers whose bearer token the API
+	// authorizes to get nodes/metrics of this node, as the kubelet's
+	// /metrics. It needs the kubernetes section. Absent by default.
+	Secure *SecureMonitoring `json:"secure,omitempty"`
+}
+
+// SecureMonitoring is the TLS /metrics endpoint.
+type SecureMonitoring struct {
+	// Address to listen on, host:port (a node address, or :9742 for all).
+	Address string `json:"address"`
+	// CertFile and KeyFile are its TLS certificate and key (PEM); both
+	// empty: a self-signed certificate made at start, as the kubelet does.
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
 }
 
 // Logging configures the logs, written to standard error.
@@ -294,6 +309,18 @@ func (c *ProxyConfiguration) Validate() error {
 	if a := c.Monitoring.Address; a != "-" {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("monitoring", "address"), a, "must be host:port, or - to turn it off"))
+		}
+	}
+	if sm := c.Monitoring.Secure; sm != nil {
+		p := field.NewPath("monitoring", "secure")
+		if _, _, err := net.SplitHostPort(sm.Address); err != nil {
+			errs = append(errs, field.Invalid(p.Child("address"), sm.Address, "must be host:port"))
+		}
+		if (sm.CertFile == "") != (sm.KeyFile == "") {
+			errs = append(errs, field.Invalid(p.Child("keyFile"), sm.KeyFile, "certFile and keyFile go together (both empty: a self-signed certificate)"))
+		}
+		if c.Kubernetes == nil {
+			errs = append(errs, field.Required(field.NewPath("kubernetes"), "monitoring.secure authorizes its callers through the API"))
 		}
 	}
 	if c.ShutdownTimeout.Duration < 0 {

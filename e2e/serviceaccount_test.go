@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -36,13 +40,16 @@ const (
 	// the Node authorizer and NodeRestriction scope it to nodeName's pods.
 	proxyUser = "system:node:" + nodeName
 	audience  = "registry.rig.test"
+	// metricsReader may get nodes/metrics, as Prometheus in a cluster.
+	metricsReader = "metrics-reader"
 )
 
 func needKube(t *testing.T) *rig.Kube {
 	t.Helper()
 	needRig(t)
 	kubeOnce.Do(func() {
-		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{"system:nodes"}})
+		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{"system:nodes"}},
+			rig.KubeUser{Name: metricsReader}, rig.KubeUser{Name: "nobody"})
 		if kubeErr != nil {
 			return
 		}
@@ -399,5 +406,73 @@ func TestJSONLogsAreAllJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &rec); err != nil {
 			t.Errorf("line %d is not JSON: %v\n%s", i+1, err, l)
 		}
+	}
+}
+
+// TestSecureMetrics scrapes the TLS /metrics endpoint as Prometheus in the
+// cluster would: the proxy (the node's identity) asks the real apiserver
+// who each bearer token is and whether it may get nodes/metrics of its
+// node. No token: 401; a user without the right: 403; a user with it (a
+// ClusterRole as Prometheus's): the metrics. No token reaches the log.
+func TestSecureMetrics(t *testing.T) {
+	k := needKube(t)
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-node-metrics"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/metrics"}, Verbs: []string{"get"}}}}
+	if _, err := k.Admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-node-metrics"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: metricsReader}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := k.WriteKubeconfig(proxyUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secure := freeAddr(t)
+	sock := filepath.Join(testRig.Dir, "secure-metrics.sock")
+	p, err := testRig.StartProxy(proxyBin, sock, "--kubeconfig", kubeconfig, "--node-name", nodeName, "--secure-monitoring-address", secure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(10 * time.Second)
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // self-signed
+	scrape := func(path, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "https://"+secure+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		name, path, token string
+		code              int
+		body              string
+	}{
+		{"no token: 401", "/metrics", "", 401, ""},
+		{"a token the API does not know: 401", "/metrics", "not-a-token", 401, ""},
+		{"a user without get nodes/metrics: 403", "/metrics", k.Tokens["nobody"], 403, "Forbidden"},
+		{"a user with get nodes/metrics: the metrics", "/metrics", k.Tokens[metricsReader], 200, "cri_image_proxy_build_info"},
+		{"only /metrics is served there", "/healthz", k.Tokens[metricsReader], 404, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if code, body := scrape(c.path, c.token); code != c.code || !strings.Contains(body, c.body) {
+				t.Errorf("GET %s: %d, want %d containing %q\n%.300s", c.path, code, c.code, c.body, body)
+			}
+		})
+	}
+	if log := p.LogText(); strings.Contains(log, k.Tokens["nobody"]) || strings.Contains(log, k.Tokens[metricsReader]) {
+		t.Errorf("a bearer token reached the proxy's log")
 	}
 }

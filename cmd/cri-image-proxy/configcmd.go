@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,10 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 			what += fmt.Sprintf(" (%d provider(s), hash %s)", len(pc.Providers), pc.Hash)
 		}
 		report(what, err, false)
+	}
+	if sm := cfg.Monitoring.Secure; sm != nil && sm.CertFile != "" {
+		_, err := tls.LoadX509KeyPair(sm.CertFile, sm.KeyFile)
+		report("secure monitoring certificate "+sm.CertFile, err, false)
 	}
 	if k := cfg.Kubernetes; k != nil {
 		var err error

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -68,12 +69,19 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) {
 	if cfg.Kubernetes == nil {
 		cfg.Kubernetes = &config.Kubernetes{}
 	}
+	if cfg.Monitoring.Secure == nil {
+		cfg.Monitoring.Secure = &config.SecureMonitoring{}
+	}
 	fs.StringVar(&cfg.Socket.Path, "socket", cfg.Socket.Path, "unix socket to serve CRI on")
 	fs.StringVar(&cfg.Socket.Group, "socket-group", cfg.Socket.Group, "group that may use the socket (mode 0660), a name or a GID")
 	fs.StringVar(&cfg.RuntimeEndpoint, "runtime-endpoint", cfg.RuntimeEndpoint, "the container runtime's CRI endpoint")
 	fs.StringVar(&cfg.ImageEndpoint, "image-endpoint", cfg.ImageEndpoint, "a separate CRI image service endpoint, as the kubelet's --image-service-endpoint")
 	fs.StringVar(&cfg.Monitoring.Address, "monitoring-address", cfg.Monitoring.Address, "host:port for /metrics, /healthz and /readyz; - turns it off")
 	fs.BoolVar(&cfg.Monitoring.Profiling, "profiling", cfg.Monitoring.Profiling, "serve Go's pprof handlers under /debug/pprof/ on the monitoring address")
+	sm := cfg.Monitoring.Secure
+	fs.StringVar(&sm.Address, "secure-monitoring-address", sm.Address, "host:port for /metrics over TLS, for callers the API authorizes to get nodes/metrics (needs --kubeconfig)")
+	fs.StringVar(&sm.CertFile, "tls-cert-file", sm.CertFile, "the TLS certificate of the secure monitoring address (default: self-signed)")
+	fs.StringVar(&sm.KeyFile, "tls-private-key-file", sm.KeyFile, "the TLS key of the secure monitoring address")
 	fs.DurationVar(&cfg.ShutdownTimeout.Duration, "shutdown-timeout", cfg.ShutdownTimeout.Duration, "how long calls in flight may finish after SIGTERM")
 	fs.StringVar(&cfg.Logging.Level, "log-level", cfg.Logging.Level, "debug, info, warn or error; debug logs every CRI call (never its content)")
 	fs.StringVar(&cfg.Logging.Format, "log-format", cfg.Logging.Format, "text or json")
@@ -91,9 +99,10 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) {
 }
 
 // sectionFlags are the flags that make an optional section present.
-var sectionFlags = struct{ credentialProviders, kubernetes []string }{
+var sectionFlags = struct{ credentialProviders, kubernetes, secureMonitoring []string }{
 	credentialProviders: []string{"image-credential-provider-config", "image-credential-provider-bin-dir"},
 	kubernetes:          []string{"kubeconfig", "node-name"},
+	secureMonitoring:    []string{"secure-monitoring-address", "tls-cert-file", "tls-private-key-file"},
 }
 
 // loadServeConfig reads the configuration file, if any, lets the flags the
@@ -109,7 +118,7 @@ func loadServeConfig(parsed *pflag.FlagSet, configPath string) (*config.ProxyCon
 			return nil, fmt.Errorf("config %s: %w", configPath, err)
 		}
 	}
-	hadProviders, hadKubernetes := cfg.CredentialProviders != nil, cfg.Kubernetes != nil
+	hadProviders, hadKubernetes, hadSecure := cfg.CredentialProviders != nil, cfg.Kubernetes != nil, cfg.Monitoring.Secure != nil
 	onto := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	bindServeFlags(onto, cfg)
 	var errs []error
@@ -130,6 +139,9 @@ func loadServeConfig(parsed *pflag.FlagSet, configPath string) (*config.ProxyCon
 	}
 	if !hadKubernetes && !changed(sectionFlags.kubernetes) {
 		cfg.Kubernetes = nil
+	}
+	if !hadSecure && !changed(sectionFlags.secureMonitoring) {
+		cfg.Monitoring.Secure = nil
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -174,8 +186,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	var interceptors []criproxy.Interceptor
 	var background []func(context.Context)
 	var identity *podtoken.Source
+	var apiConfig *rest.Config
 	if k := cfg.Kubernetes; k != nil {
-		if identity, err = newIdentity(ctx, k, log, reg); err != nil {
+		if identity, apiConfig, err = newIdentity(ctx, k, log, reg); err != nil {
 			return err
 		}
 	}
@@ -228,6 +241,18 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	if err != nil {
 		return err
 	}
+	var secure *monitoring.Server
+	var secureListener net.Listener
+	if sm := cfg.Monitoring.Secure; sm != nil {
+		if secure, err = newSecureMonitoring(sm, cfg.Kubernetes.NodeName, apiConfig, reg, log); err != nil {
+			sock.Close()
+			return err
+		}
+		if secureListener, err = net.Listen("tcp", sm.Address); err != nil {
+			sock.Close()
+			return fmt.Errorf("secure monitoring address: %w", err)
+		}
+	}
 	var mon *monitoring.Server
 	var monListener net.Listener
 	if cfg.Monitoring.Address != "-" {
@@ -262,6 +287,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	if mon != nil {
 		g.Go(func() error { return mon.Serve(monListener) })
 	}
+	if secure != nil {
+		g.Go(func() error { return secure.ServeTLS(secureListener) })
+	}
 	if adminServer != nil {
 		g.Go(func() error {
 			if err := adminServer.Serve(adminListener); !errors.Is(err, http.ErrServerClosed) {
@@ -283,6 +311,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		if mon != nil {
 			_ = mon.Shutdown(sctx)
 		}
+		if secure != nil {
+			_ = secure.Shutdown(sctx)
+		}
 		if adminServer != nil {
 			_ = adminServer.Shutdown(sctx)
 		}
@@ -294,6 +325,28 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		return nil
 	}
 	return err
+}
+
+// newSecureMonitoring is the TLS /metrics endpoint, its callers reviewed
+// by the API with the proxy's identity.
+func newSecureMonitoring(sm *config.SecureMonitoring, node string, api *rest.Config, gatherer prometheus.Gatherer, log *slog.Logger) (*monitoring.Server, error) {
+	var cert tls.Certificate
+	var err error
+	if sm.CertFile != "" {
+		cert, err = tls.LoadX509KeyPair(sm.CertFile, sm.KeyFile)
+	} else {
+		host, _, _ := net.SplitHostPort(sm.Address) // validated
+		cert, err = monitoring.SelfSigned(node, host, "localhost", "127.0.0.1")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secure monitoring certificate: %w", err)
+	}
+	reviewer, err := podtoken.NewReviewer(api, node)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("secure monitoring on", "address", sm.Address, "selfSigned", sm.CertFile == "")
+	return monitoring.NewSecure(gatherer, cert, reviewer.Allowed, log), nil
 }
 
 // newInjector loads the credential provider configuration and builds the
@@ -317,9 +370,9 @@ func newInjector(cp *config.CredentialProviders, identity *podtoken.Source, log 
 
 // newIdentity connects to the Kubernetes API and starts the node's pod
 // informer (waiting a little for it: without it, pods are read with GETs).
-func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, reg prometheus.Registerer) (*podtoken.Source, error) {
+func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, reg prometheus.Registerer) (*podtoken.Source, *rest.Config, error) {
 	if err := podtoken.RegisterClientMetrics(reg); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var rc *rest.Config
 	var err error
@@ -329,13 +382,13 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes API: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes API: %w", err)
 	}
 	rc.UserAgent = "cri-image-proxy/" + version
 	rc.QPS, rc.Burst = k.QPS, k.Burst
 	api, err := podtoken.NewAPI(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes API: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes API: %w", err)
 	}
 	src := podtoken.New(api, k.NodeName, podtoken.Options{Logger: log})
 	src.Start(ctx)
@@ -345,7 +398,7 @@ func newIdentity(ctx context.Context, k *config.Kubernetes, log *slog.Logger, re
 		log.Warn("the pod informer has not synced yet; reading pods one by one meanwhile", "node", k.NodeName)
 	}
 	log.Info("kubernetes API on", "host", rc.Host, "node", k.NodeName)
-	return src, nil
+	return src, rc, nil
 }
 
 // newGuard opens the records database and builds the ensure interceptors,
