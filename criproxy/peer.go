@@ -35,18 +35,15 @@ func clientClass(comm string) string {
 	return ClientOther
 }
 
-// PeerInfo is what the proxy learns of a client at connection time, from
-// the unix socket's peer credentials (SO_PEERCRED).
-type PeerInfo struct {
-	PID   int32
-	UID   uint32
-	Comm  string // the process name; "" when it could not be read
-	Class string
+// peerInfo is what the proxy keeps of a client at connection time, from
+// the unix socket's peer credentials (SO_PEERCRED): its class.
+type peerInfo struct {
+	class string
 	credentials.CommonAuthInfo
 }
 
 // AuthType is part of credentials.AuthInfo.
-func (PeerInfo) AuthType() string { return "peercred" }
+func (peerInfo) AuthType() string { return "peercred" }
 
 // peerCredentials is a gRPC transport "security" that exchanges nothing:
 // it notes who is at the other end of a unix socket connection, once per
@@ -62,7 +59,7 @@ func (peerCredentials) ClientHandshake(context.Context, string, net.Conn) (net.C
 // ServerHandshake never fails a connection: a client whose credentials
 // cannot be read is served as any other, of class "other".
 func (p peerCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	info := PeerInfo{Class: ClientOther, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}
+	info := peerInfo{class: ClientOther, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}
 	if uc, ok := conn.(*net.UnixConn); ok {
 		if raw, err := uc.SyscallConn(); err == nil {
 			var cred *syscall.Ucred
@@ -70,10 +67,8 @@ func (p peerCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.A
 			if err := raw.Control(func(fd uintptr) {
 				cred, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 			}); err == nil && serr == nil && cred.Pid > 0 {
-				info.PID, info.UID = cred.Pid, cred.Uid
 				if b, err := os.ReadFile(fmt.Sprintf("%s/%d/comm", p.proc, cred.Pid)); err == nil {
-					info.Comm = strings.TrimSpace(string(b))
-					info.Class = clientClass(info.Comm)
+					info.class = clientClass(strings.TrimSpace(string(b)))
 				}
 			}
 		}
@@ -90,8 +85,8 @@ func (peerCredentials) OverrideServerName(string) error           { return nil }
 // clientOf returns the class of the client that made the call in ctx.
 func clientOf(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok {
-		if info, ok := p.AuthInfo.(PeerInfo); ok {
-			return info.Class
+		if info, ok := p.AuthInfo.(peerInfo); ok {
+			return info.class
 		}
 	}
 	return ClientOther
