@@ -7,8 +7,19 @@
 # Built tools go to $TOOLS_DIR (default /var/cache/cri-image-proxy/tools), outside the clone, so
 # a later checkout on the same machine does not rebuild them.
 #
+# --demo installs only what `make demo` uses: the Debian packages of the rig and crictl (about 2
+# minutes cold). The demo runs on containerd 2.3 once a full install has built it, on Debian's
+# 1.6 until then.
+#
 # Env: TOOLS_DIR, CRI_TOOLS_VERSION (v1.34.0).
 set -euo pipefail
+
+demo=false
+case "${1:-}" in
+--demo) demo=true ;;
+"") ;;
+*) echo "usage: install-deps.sh [--demo]" >&2; exit 2 ;;
+esac
 
 TOOLS_DIR=${TOOLS_DIR:-/var/cache/cri-image-proxy/tools}
 CRI_TOOLS_VERSION=${CRI_TOOLS_VERSION:-v1.34.0}
@@ -26,7 +37,8 @@ fi
 # systemd: systemd-analyze verify checks the unit (nothing is started).
 # containerd and runc: Debian's 1.6 is the legacy leg (CONTAINERD=1.6); libseccomp-dev and
 # pkg-config build the runc that goes with containerd 2.3 (build-containerd.sh).
-pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates gcc libc6-dev systemd libseccomp-dev pkg-config)
+pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates)
+$demo || pkgs+=(gcc libc6-dev systemd libseccomp-dev pkg-config)
 need=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
@@ -41,11 +53,16 @@ fi
 # 2. crictl and critest. The module proxy serves cri-tools only at some versions, has no
 #    @v/list (so `go install pkg@version` fails its deprecation check) and no sumdb entry:
 #    download the module zip without sumdb and build inside a copy, with its own go.sum.
+#    The demo needs crictl only; critest costs a few minutes more.
 mkdir -p "$TOOLS_DIR"
 want="crictl version $CRI_TOOLS_VERSION"
-if [ ! -x "$TOOLS_DIR/crictl" ] || [ ! -x "$TOOLS_DIR/critest" ] ||
-	[ "$("$TOOLS_DIR/crictl" --version 2>/dev/null)" != "$want" ]; then
-	log "building crictl and critest $CRI_TOOLS_VERSION (about 5-10 minutes on a cold cache)"
+cmds=(crictl)
+$demo || cmds+=(critest)
+missing=()
+for c in "${cmds[@]}"; do [ -x "$TOOLS_DIR/$c" ] || missing+=("$c"); done
+[ "$("$TOOLS_DIR/crictl" --version 2>/dev/null)" = "$want" ] || missing=("${cmds[@]}")
+if [ ${#missing[@]} -gt 0 ]; then
+	log "building ${missing[*]} $CRI_TOOLS_VERSION (crictl about 2 minutes on a cold cache, critest 3-8 more)"
 	dir=$(GOFLAGS=-mod=mod GONOSUMDB=sigs.k8s.io/cri-tools GONOSUMCHECK=1 \
 		go mod download -json "sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION" |
 		sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
@@ -54,10 +71,17 @@ if [ ! -x "$TOOLS_DIR/crictl" ] || [ ! -x "$TOOLS_DIR/critest" ] ||
 	trap 'rm -rf "$src"' EXIT
 	cp -r "$dir/." "$src" && chmod -R u+w "$src"
 	ldf="-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION"
-	(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$TOOLS_DIR/crictl.new" ./cmd/crictl)
-	(cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags "$ldf" -o "$TOOLS_DIR/critest.new" ./cmd/critest)
-	mv "$TOOLS_DIR/crictl.new" "$TOOLS_DIR/crictl"
-	mv "$TOOLS_DIR/critest.new" "$TOOLS_DIR/critest"
+	for c in "${missing[@]}"; do
+		case $c in
+		crictl) (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$TOOLS_DIR/crictl.new" ./cmd/crictl) ;;
+		critest) (cd "$src" && CGO_ENABLED=0 go test -c -trimpath -ldflags "$ldf" -o "$TOOLS_DIR/critest.new" ./cmd/critest) ;;
+		esac
+		mv "$TOOLS_DIR/$c.new" "$TOOLS_DIR/$c"
+	done
+fi
+if $demo; then
+	log "ready for the demo: $("$TOOLS_DIR/crictl" --version), $(containerd --version 2>/dev/null | head -1)"
+	exit 0
 fi
 # 3. kube-apiserver, etcd and the kubelet for the service-account and node
 #    tests (module hack/k8s; 5-11 minutes on a cold Go cache), and the old

@@ -20,8 +20,9 @@ import (
 
 func main() {
 	keep := flag.Bool("keep", false, "leave the demo running until Ctrl-C")
+	binDir := flag.String("bin-dir", "", "where cri-image-proxy and docker-config-credential-provider are already built (make demo); empty builds them")
 	flag.Parse()
-	if err := run(*keep); err != nil {
+	if err := run(*keep, *binDir); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -31,7 +32,7 @@ func step(format string, args ...any) {
 	fmt.Printf("\n\033[1m==> %s\033[0m\n", fmt.Sprintf(format, args...))
 }
 
-func run(keep bool) error {
+func run(keep bool, binDir string) error {
 	work, err := os.MkdirTemp("", "demo")
 	if err != nil {
 		return err
@@ -39,15 +40,31 @@ func run(keep bool) error {
 	defer os.RemoveAll(work)
 	bin := filepath.Join(work, "cri-image-proxy")
 	plugin := filepath.Join(work, "plugins", "node-creds")
-	step("building cri-image-proxy and the reference credential plugin")
-	for out, pkg := range map[string]string{bin: "./cmd/cri-image-proxy", plugin: "./cmd/docker-config-credential-provider"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %v: %s", pkg, err, b)
+	if err := os.MkdirAll(filepath.Dir(plugin), 0o755); err != nil {
+		return err
+	}
+	if binDir != "" {
+		step("cri-image-proxy and the reference credential plugin, built in %s", binDir)
+		for dst, src := range map[string]string{bin: "cri-image-proxy", plugin: "docker-config-credential-provider"} {
+			if err := os.Symlink(filepath.Join(binDir, src), dst); err != nil {
+				return err
+			}
+		}
+	} else {
+		step("building cri-image-proxy and the reference credential plugin")
+		for out, pkg := range map[string]string{bin: "./cmd/cri-image-proxy", plugin: "./cmd/docker-config-credential-provider"} {
+			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+				return fmt.Errorf("build %s: %v: %s", pkg, err, b)
+			}
 		}
 	}
 
-	step("starting a private containerd and a registry with htpasswd authentication (127.0.0.1 only)")
-	r, err := rig.Start(rig.Options{Logf: func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }})
+	rt, err := demoRuntime()
+	if err != nil {
+		return err
+	}
+	step("starting a private %s and a registry with htpasswd authentication (127.0.0.1 only)", rt.Name)
+	r, err := rig.Start(rig.Options{Runtime: rt, Logf: func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }})
 	if err != nil {
 		return err
 	}
@@ -206,6 +223,19 @@ providers:
 	}
 	step("stopping the proxy, containerd and the registry")
 	return nil
+}
+
+// demoRuntime is the runtime of $CONTAINERD, as for the tests; with it unset,
+// containerd 2.3 once a full install (make deps) has built it, and until
+// then Debian's 1.6, so that a first demo does not wait for that build.
+func demoRuntime() (rig.Runtime, error) {
+	rt, err := rig.RuntimeFromEnv(rig.DefaultToolsDir())
+	if err == nil || os.Getenv("CONTAINERD") != "" {
+		return rt, err
+	}
+	fmt.Println("    containerd 2.3 is not built yet (make deps builds it, about 20 minutes): this demo runs on Debian's containerd 1.6")
+	os.Setenv("CONTAINERD", "1.6")
+	return rig.RuntimeFromEnv(rig.DefaultToolsDir())
 }
 
 func indent(s string) string {
