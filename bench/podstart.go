@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
 )
 
 // The pod start benchmark: the latency a user feels, from the pod's
@@ -62,14 +63,14 @@ func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 		return nil, err
 	}
 	image := e.rig.Registry + "/podstart/app:v1"
-	kubeconfig, err := k.WriteKubeconfig(rig.NodeUser)
+	kubeconfig, err := k.WriteKubeconfig(kuberig.NodeUser)
 	if err != nil {
 		return nil, err
 	}
 	sock := filepath.Join(e.rig.Dir, "bench-podstart.sock")
 	proxy, err := e.rig.StartProxy(e.opts.proxy, sock, "--log-level", "info", "--ensure-secret-pulled-images",
 		"--ensure-database", filepath.Join(e.work, "podstart.db"), "--admin-socket", filepath.Join(e.work, "podstart-admin.sock"),
-		"--kubeconfig", kubeconfig, "--node-name", rig.NodeName)
+		"--kubeconfig", kubeconfig, "--node-name", kuberig.NodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 	seq := 0
 	for round := range podStartBlocks {
 		for arm := range results {
-			node, err := e.rig.StartNode(k, rig.KubeletOptions{Bin: e.rig.KubeletBin(rig.KubeVersion), CRIEndpoint: endpoints[arm]})
+			node, err := kuberig.StartNode(e.rig, k, kuberig.KubeletOptions{Bin: kuberig.KubeletBin(e.rig, kuberig.KubeVersion), CRIEndpoint: endpoints[arm]})
 			if err != nil {
 				return nil, err
 			}
@@ -100,7 +101,7 @@ func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 			}
 			deletePods(ctx, k)
 			node.Stop()
-			if err := e.rig.RemoveKubeletPods(ctx); err != nil {
+			if err := kuberig.RemoveKubeletPods(ctx, e.rig); err != nil {
 				return nil, err
 			}
 			e.logf("pod start: %s, round %d: %d pods, p50 %v", results[arm].arm, round+1, block, results[arm].quantile(0.5).Round(time.Millisecond))
@@ -111,7 +112,7 @@ func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 
 // startPod creates a pod of tenant A (its pull secret, IfNotPresent) and
 // returns how long it took until its container ran, as the API reports it.
-func startPod(ctx context.Context, k *rig.Kube, name, image string) (time.Duration, error) {
+func startPod(ctx context.Context, k *kuberig.Kube, name, image string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	w, err := k.Admin.CoreV1().Pods(podStartNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
@@ -122,7 +123,7 @@ func startPod(ctx context.Context, k *rig.Kube, name, image string) (time.Durati
 	no, zero := false, int64(0)
 	start := time.Now()
 	_, err = k.Admin.CoreV1().Pods(podStartNamespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{NodeName: rig.NodeName, AutomountServiceAccountToken: &no, DNSPolicy: corev1.DNSDefault,
+		Spec: corev1.PodSpec{NodeName: kuberig.NodeName, AutomountServiceAccountToken: &no, DNSPolicy: corev1.DNSDefault,
 			TerminationGracePeriodSeconds: &zero, ImagePullSecrets: []corev1.LocalObjectReference{{Name: "regcred"}},
 			Containers: []corev1.Container{{Name: "app", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", "3600"}}}}},
 		metav1.CreateOptions{})
@@ -151,7 +152,7 @@ func startPod(ctx context.Context, k *rig.Kube, name, image string) (time.Durati
 
 // deletePods deletes the benchmark's pods while the kubelet runs (it stops
 // their containers) and waits until they are gone.
-func deletePods(ctx context.Context, k *rig.Kube) {
+func deletePods(ctx context.Context, k *kuberig.Kube) {
 	zero := int64(0)
 	pods := k.Admin.CoreV1().Pods(podStartNamespace)
 	pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
@@ -166,7 +167,7 @@ func deletePods(ctx context.Context, k *rig.Kube) {
 // renderPodStart writes the pod start table and returns the p50 ratio.
 func renderPodStart(rs []podStartResult) (string, float64) {
 	var b strings.Builder
-	b.WriteString("\n## Pod start latency (a real kubelet " + rig.KubeVersion + ")\n\n")
+	b.WriteString("\n## Pod start latency (a real kubelet " + kuberig.KubeVersion + ")\n\n")
 	b.WriteString("From the pod's creation in the API to its container Running; image present, a re-using tenant (pull secret, IfNotPresent), pods started one at a time in alternating blocks.\n\n")
 	b.WriteString("| arm | pods | p50 ms | p99 ms | p50 ratio | p99 ratio |\n|---|---|---|---|---|---|\n")
 	base := rs[len(rs)-1]

@@ -16,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
 )
 
 // The token scenario's Kubernetes objects and the proxies' identity.
@@ -41,7 +42,7 @@ const (
 // each call: each call mints a TokenRequest bound to that pod and execs
 // the plugin, the cost of a pod's first pull.
 type tokenEnv struct {
-	kube          *rig.Kube
+	kube          *kuberig.Kube
 	cached, fresh *grpc.ClientConn
 	cachedPod     *runtimeapi.PodSandboxConfig
 	freshPods     []*runtimeapi.PodSandboxConfig
@@ -51,7 +52,7 @@ type tokenEnv struct {
 }
 
 func (e *benchEnv) setUpToken() error {
-	k, err := e.rig.StartKube(rig.KubeUser{Name: tokenUser, Groups: []string{"system:nodes"}})
+	k, err := kuberig.Start(e.rig, kuberig.Options{Users: []kuberig.User{{Name: tokenUser, Groups: []string{"system:nodes"}}}})
 	if err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ providers:
 
 // createBenchPods creates n pods of the builder account bound to the
 // bench node, and returns their sandbox configs (name, namespace, UID).
-func createBenchPods(ctx context.Context, k *rig.Kube, image string, n int) ([]*runtimeapi.PodSandboxConfig, error) {
+func createBenchPods(ctx context.Context, k *kuberig.Kube, image string, n int) ([]*runtimeapi.PodSandboxConfig, error) {
 	out := make([]*runtimeapi.PodSandboxConfig, n)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup

@@ -54,7 +54,7 @@ func run(m *testing.M) int {
 		}
 	}
 
-	testRig, err = rig.Start(rig.Options{Logf: logf, KubeAudit: true})
+	testRig, err = rig.Start(rig.Options{Logf: logf})
 	if err != nil {
 		logf("starting the rig: %v", err)
 		return 1

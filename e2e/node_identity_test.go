@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
 
@@ -113,7 +114,7 @@ func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 		}
 		kubelet, proxyTokens, proxyElsewhere, proxyElsewhereGranted, probeRefused = 0, 0, 0, 0, 0
 		for _, ev := range events {
-			if ev.User.Username != rig.NodeUser {
+			if ev.User.Username != kuberig.NodeUser {
 				continue
 			}
 			aboutElsewhere := ev.ObjectRef.Namespace == e.nsB && strings.HasPrefix(ev.ObjectRef.Name, "elsewhere")
@@ -137,7 +138,7 @@ func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 		time.Sleep(time.Second) // the apiserver writes its audit log in batches
 	}
 	t.Logf("audit log, user %s: %d requests by the kubelet, %d tokens minted by the proxy, %d proxy requests about the other node's pod (%d granted), %d probes of it refused",
-		rig.NodeUser, kubelet, proxyTokens, proxyElsewhere, proxyElsewhereGranted, probeRefused)
+		kuberig.NodeUser, kubelet, proxyTokens, proxyElsewhere, proxyElsewhereGranted, probeRefused)
 	if kubelet == 0 || proxyTokens == 0 || proxyElsewhere == 0 || proxyElsewhereGranted != 0 || probeRefused < 3 {
 		t.Errorf("want the kubelet's and the proxy's requests apart by user agent, every proxy request about the other node's pod and the 3 probes refused (403)")
 	}

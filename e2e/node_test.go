@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
 )
 
 // The node tests run the product under a real kubelet: one-node cluster on
@@ -42,9 +43,9 @@ type kubeletVariant struct {
 }
 
 var kubeletVariants = []kubeletVariant{
-	{name: rig.KubeVersion + " (its ensure off)", id: "cur-off", version: rig.KubeVersion, gates: map[string]bool{"KubeletEnsureSecretPulledImages": false}},
-	{name: rig.KubeVersion + " (its ensure on)", id: "cur-on", version: rig.KubeVersion, gates: map[string]bool{"KubeletEnsureSecretPulledImages": true}},
-	{name: rig.OldKubeVersion + " (no KEP-2535/4412)", id: "old", version: rig.OldKubeVersion},
+	{name: kuberig.KubeVersion + " (its ensure off)", id: "cur-off", version: kuberig.KubeVersion, gates: map[string]bool{"KubeletEnsureSecretPulledImages": false}},
+	{name: kuberig.KubeVersion + " (its ensure on)", id: "cur-on", version: kuberig.KubeVersion, gates: map[string]bool{"KubeletEnsureSecretPulledImages": true}},
+	{name: kuberig.OldKubeVersion + " (no KEP-2535/4412)", id: "old", version: kuberig.OldKubeVersion},
 }
 
 // nodeAudience is the token plugin's audience in the node tests; the node
@@ -107,9 +108,9 @@ func TestNode(t *testing.T) {
 // nodeEnv is one kubelet variant's node: the proxy in front of
 // containerd, the kubelet, two tenants' namespaces and fresh images.
 type nodeEnv struct {
-	k        *rig.Kube
+	k        *kuberig.Kube
 	v        kubeletVariant
-	node     *rig.Node
+	node     *kuberig.Node
 	proxy    *ensureProxy
 	nsA, nsB string
 	plugins  pluginSetup
@@ -123,7 +124,7 @@ type nodeEnv struct {
 	private, public, byPlugin, bySA, kill, full, moving string
 }
 
-func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *nodeResults) {
+func runNodeScenarios(t *testing.T, k *kuberig.Kube, v kubeletVariant, results *nodeResults) {
 	e := newNodeEnv(t, k, v)
 	for _, sc := range []struct {
 		name string
@@ -163,9 +164,9 @@ func runNodeScenarios(t *testing.T, k *rig.Kube, v kubeletVariant, results *node
 	}
 }
 
-func newNodeEnv(t *testing.T, k *rig.Kube, v kubeletVariant) *nodeEnv {
+func newNodeEnv(t *testing.T, k *kuberig.Kube, v kubeletVariant) *nodeEnv {
 	t.Helper()
-	bin := testRig.KubeletBin(v.version)
+	bin := kuberig.KubeletBin(testRig, v.version)
 	e := &nodeEnv{k: k, v: v, nsA: v.id + "-a", nsB: v.id + "-b"}
 	ctx := context.Background()
 	for _, ns := range []string{e.nsA, e.nsB} {
@@ -201,15 +202,15 @@ func newNodeEnv(t *testing.T, k *rig.Kube, v kubeletVariant) *nodeEnv {
 	e.moving = testRig.Registry + "/" + repo + "/moving:latest"
 
 	e.plugins = nodePlugins(t, testRig.Registry+"/"+repo)
-	kubeconfig, err := k.WriteKubeconfig(rig.NodeUser)
+	kubeconfig, err := k.WriteKubeconfig(kuberig.NodeUser)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.kubeconfig = kubeconfig
 	e.mon = freeAddr(t)
-	e.proxy = startEnsureProxy(t, "node-"+v.id, "--kubeconfig", kubeconfig, "--monitoring-address", e.mon, "--node-name", rig.NodeName,
+	e.proxy = startEnsureProxy(t, "node-"+v.id, "--kubeconfig", kubeconfig, "--monitoring-address", e.mon, "--node-name", kuberig.NodeName,
 		"--image-credential-provider-config", e.plugins.config, "--image-credential-provider-bin-dir", e.plugins.binDir)
-	e.node, err = testRig.StartNode(k, rig.KubeletOptions{Bin: bin, CRIEndpoint: e.proxy.ep, FeatureGates: v.gates})
+	e.node, err = kuberig.StartNode(testRig, k, kuberig.KubeletOptions{Bin: bin, CRIEndpoint: e.proxy.ep, FeatureGates: v.gates})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func (e *nodeEnv) tearDown(t *testing.T) {
 		t.Logf("kubelet log (last lines):\n%s", tail(e.node.Log(), 40))
 	}
 	e.node.Stop()
-	if err := testRig.RemoveKubeletPods(ctx); err != nil {
+	if err := kuberig.RemoveKubeletPods(ctx, testRig); err != nil {
 		t.Errorf("removing the kubelet's sandboxes: %v", err)
 	}
 }
@@ -284,7 +285,7 @@ providers:
 	return s
 }
 
-func createPullSecret(t *testing.T, k *rig.Kube, ns, name, user, password string) {
+func createPullSecret(t *testing.T, k *kuberig.Kube, ns, name, user, password string) {
 	t.Helper()
 	data, _ := json.Marshal(map[string]any{"auths": map[string]any{testRig.Registry: map[string]string{"username": user, "password": password}}})
 	_, err := k.Admin.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -313,7 +314,7 @@ func (e *nodeEnv) run(t *testing.T, s podSpec) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name},
 		Spec: corev1.PodSpec{
-			NodeName:                      rig.NodeName,
+			NodeName:                      kuberig.NodeName,
 			ServiceAccountName:            s.account,
 			AutomountServiceAccountToken:  &no,
 			DNSPolicy:                     corev1.DNSDefault, // there is no cluster DNS
@@ -688,7 +689,7 @@ func scenarioNumber(name string) int {
 // beta and on by default from 1.35; the old kubelet has it alpha and off).
 func (e *nodeEnv) needImageVolumes(t *testing.T) {
 	t.Helper()
-	if e.v.version == rig.OldKubeVersion {
+	if e.v.version == kuberig.OldKubeVersion {
 		t.Skipf("SKIPPED: kubelet %s has no image volumes (ImageVolume alpha, off)", e.v.version)
 	}
 	if testRig.Runtime.Legacy() {

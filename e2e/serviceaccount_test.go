@@ -22,19 +22,20 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
 )
 
 // The real kube-apiserver and etcd, started once for the package by the
 // first test that needs them.
 var (
-	testKube *rig.Kube
+	testKube *kuberig.Kube
 	kubeOnce sync.Once
 	kubeErr  error
 )
 
 const (
 	// nodeName is the node the e2e tests' pods are bound to, with no
-	// kubelet: the node tests' kubelet is rig.NodeName, another node.
+	// kubelet: the node tests' kubelet is kuberig.NodeName, another node.
 	nodeName = "rig-node"
 	// proxyUser is the proxy's identity: the node's, as shipped, so that
 	// the Node authorizer and NodeRestriction scope it to nodeName's pods.
@@ -44,12 +45,12 @@ const (
 	metricsReader = "metrics-reader"
 )
 
-func needKube(t *testing.T) *rig.Kube {
+func needKube(t *testing.T) *kuberig.Kube {
 	t.Helper()
 	needRig(t)
 	kubeOnce.Do(func() {
-		testKube, kubeErr = testRig.StartKube(rig.KubeUser{Name: proxyUser, Groups: []string{"system:nodes"}},
-			rig.KubeUser{Name: metricsReader}, rig.KubeUser{Name: "nobody"})
+		testKube, kubeErr = kuberig.Start(testRig, kuberig.Options{Audit: true, Users: []kuberig.User{
+			{Name: proxyUser, Groups: []string{"system:nodes"}}, {Name: metricsReader}, {Name: "nobody"}}})
 		if kubeErr != nil {
 			return
 		}
@@ -75,7 +76,7 @@ func needKube(t *testing.T) *rig.Kube {
 // a pod once it has seen it.
 var asNode kubernetes.Interface
 
-func watchAsNode(k *rig.Kube) error {
+func watchAsNode(k *kuberig.Kube) error {
 	path, err := k.WriteKubeconfig(proxyUser)
 	if err != nil {
 		return err
@@ -95,7 +96,7 @@ type apiTenant struct {
 	pod *corev1.Pod
 }
 
-func createPod(t *testing.T, k *rig.Kube, ns, name, sa string, policy corev1.PullPolicy, image string, secrets ...string) apiTenant {
+func createPod(t *testing.T, k *kuberig.Kube, ns, name, sa string, policy corev1.PullPolicy, image string, secrets ...string) apiTenant {
 	t.Helper()
 	no := false
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -120,7 +121,7 @@ func createPod(t *testing.T, k *rig.Kube, ns, name, sa string, policy corev1.Pul
 	return apiTenant{tenant: tenant{name: ns + "/" + name, uid: string(p.UID), config: cfg}, pod: p}
 }
 
-func createServiceAccount(t *testing.T, k *rig.Kube, ns, name, user string) *corev1.ServiceAccount {
+func createServiceAccount(t *testing.T, k *kuberig.Kube, ns, name, user string) *corev1.ServiceAccount {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	if user != "" {
@@ -133,7 +134,7 @@ func createServiceAccount(t *testing.T, k *rig.Kube, ns, name, user string) *cor
 	return sa
 }
 
-func createNamespace(t *testing.T, k *rig.Kube, ns string) {
+func createNamespace(t *testing.T, k *kuberig.Kube, ns string) {
 	t.Helper()
 	if _, err := k.Admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -20,9 +20,9 @@ type Proc struct {
 	done chan struct{}
 }
 
-// startProc starts argv in its own process group (so a terminal's Ctrl-C
+// StartProc starts argv in its own process group (so a terminal's Ctrl-C
 // reaches the rig first, which stops it in order), output to logPath.
-func startProc(name, logPath string, env []string, argv ...string) (*Proc, error) {
+func StartProc(name, logPath string, env []string, argv ...string) (*Proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -92,9 +92,9 @@ func (p *Proc) LogText() string {
 	return string(b)
 }
 
-// waitFor polls check every 50ms until it succeeds, p dies or timeout
+// WaitFor polls check every 50ms until it succeeds, p dies or timeout
 // passes. The error says which, with the last check error.
-func waitFor(what string, p *Proc, timeout time.Duration, check func() error) error {
+func WaitFor(what string, p *Proc, timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
@@ -133,8 +133,8 @@ func killShims(sock string) {
 	}
 }
 
-// unmountUnder unmounts everything mounted below dir, deepest first.
-func unmountUnder(dir string) error {
+// UnmountUnder unmounts everything mounted below dir, deepest first.
+func UnmountUnder(dir string) error {
 	data, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
 		return err

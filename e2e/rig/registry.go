@@ -65,11 +65,11 @@ func startRegistry(dir, name, addr, storage, htpasswd string, wantCode int) (*Pr
 	if err := os.WriteFile(cfg, []byte(registryConfig(storage, addr, htpasswd)), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := startProc(name, filepath.Join(dir, name+".log"), nil, "docker-registry", "serve", cfg)
+	p, err := StartProc(name, filepath.Join(dir, name+".log"), nil, "docker-registry", "serve", cfg)
 	if err != nil {
 		return nil, err
 	}
-	err = waitFor("registry "+name, p, 30e9, func() error {
+	err = WaitFor("registry "+name, p, 30e9, func() error {
 		resp, err := http.Get("http://" + addr + "/v2/")
 		if err != nil {
 			return err
@@ -87,8 +87,8 @@ func startRegistry(dir, name, addr, storage, htpasswd string, wantCode int) (*Pr
 	return p, nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

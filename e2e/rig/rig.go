@@ -40,10 +40,6 @@ type Options struct {
 	GCRAuthed bool
 	// Runtime is the containerd to run; the zero value is RuntimeFromEnv.
 	Runtime Runtime
-	// KubeAudit makes StartKube's apiserver write an audit log of every
-	// request (Kube.AuditEvents). Off for benchmarks: it costs the
-	// apiserver on every request.
-	KubeAudit bool
 	// Logf reports progress; nil is quiet.
 	Logf func(format string, args ...any)
 }
@@ -121,11 +117,11 @@ func Start(opts Options) (r *Rig, err error) {
 	}()
 
 	// Registries first: containerd's mirrors point at them.
-	regPort, err := freePort()
+	regPort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	anonPort, err := freePort()
+	anonPort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -187,16 +183,16 @@ func Start(opts Options) (r *Rig, err error) {
 // StartContainerd starts containerd (again) and waits until CRI answers.
 func (r *Rig) StartContainerd() error {
 	ctrDir := filepath.Dir(r.ContainerdSock)
-	p, err := startProc("containerd", filepath.Join(ctrDir, "containerd.log"), r.Runtime.env(),
+	p, err := StartProc("containerd", filepath.Join(ctrDir, "containerd.log"), r.Runtime.env(),
 		r.Runtime.bin("containerd"), "--config", filepath.Join(ctrDir, "config.toml"))
 	if err != nil {
 		return err
 	}
 	r.containerd = p
-	return waitFor("containerd", p, 60*time.Second, func() error {
+	return WaitFor("containerd", p, 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return r.criCall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+		return r.CRICall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
 			_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 			return err
 		})
@@ -214,8 +210,8 @@ func (r *Rig) StopContainerd() {
 // Containerd returns the containerd process.
 func (r *Rig) Containerd() *Proc { return r.containerd }
 
-// criCall runs f with a CRI client of the rig's containerd.
-func (r *Rig) criCall(ctx context.Context, f func(runtimeapi.RuntimeServiceClient) error) error {
+// CRICall runs f with a CRI client of the rig's containerd.
+func (r *Rig) CRICall(ctx context.Context, f func(runtimeapi.RuntimeServiceClient) error) error {
 	conn, err := grpc.NewClient("unix://"+r.ContainerdSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -299,7 +295,7 @@ func (r *Rig) RunProxy(bin, socket string, extra ...string) (*Proc, error) {
 		"--runtime-endpoint", "unix://" + r.ContainerdSock, "--monitoring-address", "-", "--log-level", "debug"}, extra...)
 	r.proxies++
 	log := filepath.Join(r.Dir, fmt.Sprintf("proxy-%d-%s.log", r.proxies, filepath.Base(socket)))
-	return startProc("cri-image-proxy", log, nil, args...)
+	return StartProc("cri-image-proxy", log, nil, args...)
 }
 
 // StartProxy is RunProxy, then waits until the proxy answers on socket.
@@ -308,7 +304,7 @@ func (r *Rig) StartProxy(bin, socket string, extra ...string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = waitFor("proxy", p, 30*time.Second, func() error {
+	err = WaitFor("proxy", p, 30*time.Second, func() error {
 		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
@@ -329,7 +325,7 @@ func (r *Rig) StartProxy(bin, socket string, extra ...string) (*Proc, error) {
 // RemoveAllPods stops and removes every pod sandbox, so that no container
 // outlives the rig.
 func (r *Rig) RemoveAllPods(ctx context.Context) error {
-	return r.criCall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+	return r.CRICall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
 		pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 		if err != nil {
 			return err
@@ -363,7 +359,7 @@ func (r *Rig) Stop() error {
 		p.Stop(10 * time.Second)
 	}
 	killShims(r.ContainerdSock)
-	if err := unmountUnder(r.Dir); err != nil {
+	if err := UnmountUnder(r.Dir); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(r.Dir); err != nil {
@@ -390,7 +386,7 @@ func reapStale(base string, logf func(string, ...any)) {
 		killByCwdOrArgs(dir)
 		killShims(filepath.Join(dir, "containerd", "containerd.sock"))
 		time.Sleep(200 * time.Millisecond)
-		_ = unmountUnder(dir)
+		_ = UnmountUnder(dir)
 		_ = os.RemoveAll(dir)
 	}
 }

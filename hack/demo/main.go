@@ -44,6 +44,9 @@ func run(keep bool, binDir string) error {
 		return err
 	}
 	if binDir != "" {
+		if binDir, err = filepath.Abs(binDir); err != nil {
+			return err
+		}
 		step("cri-image-proxy and the reference credential plugin, built in %s", binDir)
 		for dst, src := range map[string]string{bin: "cri-image-proxy", plugin: "docker-config-credential-provider"} {
 			if err := os.Symlink(filepath.Join(binDir, src), dst); err != nil {

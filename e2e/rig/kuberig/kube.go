@@ -1,4 +1,4 @@
-package rig
+package kuberig
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -42,7 +43,7 @@ type Kube struct {
 	Admin       *kubernetes.Clientset
 	AdminConfig *rest.Config
 
-	etcd, apiserver *Proc
+	etcd, apiserver *rig.Proc
 	auditLog        string
 }
 
@@ -68,7 +69,7 @@ type AuditEvent struct {
 // Metadata level).
 func (k *Kube) AuditEvents() ([]AuditEvent, error) {
 	if k.auditLog == "" {
-		return nil, errors.New("the apiserver writes no audit log: start the rig with Options.KubeAudit")
+		return nil, errors.New("the apiserver writes no audit log: start it with Options.Audit")
 	}
 	data, err := os.ReadFile(k.auditLog)
 	if err != nil {
@@ -85,19 +86,29 @@ func (k *Kube) AuditEvents() ([]AuditEvent, error) {
 	return out, nil
 }
 
-// KubeUser is a user of the static token file.
-type KubeUser struct {
+// User is a user of the static token file.
+type User struct {
 	Name   string
 	Groups []string
 }
 
-// KubeBinDir is where hack/build-k8s.sh puts kube-apiserver and etcd.
-func (r *Rig) KubeBinDir() string { return filepath.Join(r.ToolsDir, "k8s-"+KubeVersion) }
+// BinDir is where hack/build-k8s.sh puts kube-apiserver and etcd.
+func BinDir(r *rig.Rig) string { return filepath.Join(r.ToolsDir, "k8s-"+KubeVersion) }
 
-// StartKube starts etcd and kube-apiserver with an admin user and the
-// given users (static tokens), and waits until the API is ready.
-func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
-	bin := r.KubeBinDir()
+// Options are what Start starts the control plane with.
+type Options struct {
+	// Users get static tokens (Kube.Tokens), beside an admin.
+	Users []User
+	// Audit makes the apiserver write an audit log of every request
+	// (Kube.AuditEvents). Off for benchmarks: it costs the apiserver.
+	Audit bool
+}
+
+// Start starts etcd and kube-apiserver in a directory of r with an admin
+// user and opts.Users, and waits until the API is ready.
+func Start(r *rig.Rig, opts Options) (k *Kube, err error) {
+	users := opts.Users
+	bin := BinDir(r)
 	for _, b := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("%s not in %s: run hack/build-k8s.sh (hack/install-deps.sh does)", b, bin)
@@ -112,17 +123,17 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	if err := os.MkdirAll(filepath.Join(k.Dir, "certs"), 0o700); err != nil {
 		return nil, err
 	}
-	etcdPort, err := freePort()
+	etcdPort, err := rig.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	peerPort, err := freePort()
+	peerPort, err := rig.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	k.etcd, err = startProc("etcd", filepath.Join(k.Dir, "etcd.log"), nil, filepath.Join(bin, "etcd"),
+	k.etcd, err = rig.StartProc("etcd", filepath.Join(k.Dir, "etcd.log"), nil, filepath.Join(bin, "etcd"),
 		"--name", "rig", "--data-dir", filepath.Join(k.Dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
@@ -130,7 +141,7 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor("etcd", k.etcd, 30*time.Second, func() error { return httpOK(etcdURL+"/health", nil) }); err != nil {
+	if err := rig.WaitFor("etcd", k.etcd, 30*time.Second, func() error { return httpOK(etcdURL+"/health", nil) }); err != nil {
 		return nil, err
 	}
 
@@ -147,7 +158,7 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 	os.WriteFile(saPub, pub, 0o644)
 	var tokens strings.Builder
 	// The admin, the rig's node (see NodeName) and the callers' users.
-	users = append([]KubeUser{{Name: "admin", Groups: []string{"system:masters"}}, {Name: NodeUser, Groups: []string{"system:nodes"}}}, users...)
+	users = append([]User{{Name: "admin", Groups: []string{"system:masters"}}, {Name: NodeUser, Groups: []string{"system:nodes"}}}, users...)
 	for i, u := range users {
 		tok := randomHex(16)
 		k.Tokens[u.Name] = tok
@@ -158,7 +169,7 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 		return nil, err
 	}
 	var audit []string
-	if r.opts.KubeAudit {
+	if opts.Audit {
 		// Every request at Metadata level, once it has an answer: who made
 		// it (user and user agent), what it asked and the code.
 		auditPolicy := filepath.Join(k.Dir, "audit-policy.yaml")
@@ -169,7 +180,7 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 		audit = []string{"--audit-policy-file", auditPolicy, "--audit-log-path", k.auditLog, "--audit-log-format", "json"}
 	}
 
-	port, err := freePort()
+	port, err := rig.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -183,12 +194,12 @@ func (r *Rig) StartKube(users ...KubeUser) (k *Kube, err error) {
 		"--service-account-key-file", saPub, "--service-account-signing-key-file", saKey,
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--service-cluster-ip-range", "10.96.0.0/16"}
-	k.apiserver, err = startProc("kube-apiserver", filepath.Join(k.Dir, "kube-apiserver.log"), nil, append(args, audit...)...)
+	k.apiserver, err = rig.StartProc("kube-apiserver", filepath.Join(k.Dir, "kube-apiserver.log"), nil, append(args, audit...)...)
 	if err != nil {
 		return nil, err
 	}
 	crt := filepath.Join(k.Dir, "certs", "apiserver.crt")
-	err = waitFor("kube-apiserver", k.apiserver, 120*time.Second, func() error {
+	err = rig.WaitFor("kube-apiserver", k.apiserver, 120*time.Second, func() error {
 		ca, err := os.ReadFile(crt)
 		if err != nil {
 			return err
@@ -283,7 +294,7 @@ func (k *Kube) APIServerPid() int { return k.apiserver.Pid() }
 
 // Stop stops kube-apiserver, then etcd.
 func (k *Kube) Stop() {
-	for _, p := range []*Proc{k.apiserver, k.etcd} {
+	for _, p := range []*rig.Proc{k.apiserver, k.etcd} {
 		if p != nil {
 			p.Stop(15 * time.Second)
 		}

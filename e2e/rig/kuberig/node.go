@@ -1,4 +1,4 @@
-package rig
+package kuberig
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,7 @@ const NodeUser = "system:node:" + NodeName
 const OldKubeVersion = "v1.31.4"
 
 // KubeletBin returns the kubelet hack/build-k8s.sh built for version.
-func (r *Rig) KubeletBin(version string) string {
+func KubeletBin(r *rig.Rig, version string) string {
 	return filepath.Join(r.ToolsDir, "k8s-"+version, "kubelet")
 }
 
@@ -59,7 +60,7 @@ type Node struct {
 
 	kube     *Kube
 	argv     []string
-	kubelet  *Proc
+	kubelet  *rig.Proc
 	sysctls  map[string]string // their values before the kubelet
 	restarts int
 }
@@ -70,7 +71,7 @@ var kubeletSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/pa
 
 // StartNode starts a kubelet in a directory of r with the node's
 // credentials and waits until its Node is Ready.
-func (r *Rig) StartNode(k *Kube, opts KubeletOptions) (n *Node, err error) {
+func StartNode(r *rig.Rig, k *Kube, opts KubeletOptions) (n *Node, err error) {
 	if _, err := os.Stat(opts.Bin); err != nil {
 		return nil, fmt.Errorf("kubelet %s: %w: run hack/build-k8s.sh (hack/install-deps.sh does)", opts.Bin, err)
 	}
@@ -122,12 +123,12 @@ func (r *Rig) StartNode(k *Kube, opts KubeletOptions) (n *Node, err error) {
 
 func (n *Node) start() error {
 	n.restarts++
-	p, err := startProc("kubelet", filepath.Join(n.Dir, fmt.Sprintf("kubelet-%d.log", n.restarts)), nil, n.argv...)
+	p, err := rig.StartProc("kubelet", filepath.Join(n.Dir, fmt.Sprintf("kubelet-%d.log", n.restarts)), nil, n.argv...)
 	if err != nil {
 		return err
 	}
 	n.kubelet = p
-	return waitFor("kubelet", p, 90*time.Second, func() error { return n.ready(context.Background()) })
+	return rig.WaitFor("kubelet", p, 90*time.Second, func() error { return n.ready(context.Background()) })
 }
 
 // Restart restarts the kubelet with the same flags and state: its pods go
@@ -158,11 +159,11 @@ func (n *Node) Log() string { return n.kubelet.LogText() }
 func (n *Node) Pid() int { return n.kubelet.Pid() }
 
 func (n *Node) kubeletConfig(opts KubeletOptions) ([]byte, error) {
-	port, err := freePort()
+	port, err := rig.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	healthz, err := freePort()
+	healthz, err := rig.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -231,13 +232,13 @@ func (n *Node) Stop() {
 			fmt.Fprintf(os.Stderr, "rig: delete node %s: %v\n", n.Name, err)
 		}
 	}
-	_ = unmountUnder(n.Dir)
+	_ = rig.UnmountUnder(n.Dir)
 }
 
 // RemoveKubeletPods stops and removes the pod sandboxes a kubelet made
 // (they carry io.kubernetes.pod.uid), leaving crictl's alone.
-func (r *Rig) RemoveKubeletPods(ctx context.Context) error {
-	return r.criCall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
+func RemoveKubeletPods(ctx context.Context, r *rig.Rig) error {
+	return r.CRICall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
 		pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 		if err != nil {
 			return err
