@@ -12,7 +12,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 CONTAINERD ?=
 export CONTAINERD
 
-.PHONY: help build release deps test unit e2e e2e-node legacy bench demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
+.PHONY: help build release image deps test unit e2e e2e-node legacy bench demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,14 @@ release: ## static binaries for amd64 and arm64 and SHA256SUMS, in _output/relea
 	  done; done
 	cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS
 	@echo "release $(VERSION) in $(RELEASE_DIR)"
+
+# make image: the OCI image of the proxy (hack/image, no docker daemon) from the release binaries,
+# written as an OCI layout; IMAGE=registry/repo:tag pushes it too (credentials: the docker config).
+IMAGE_DIR ?= _output/image
+IMAGE     ?=
+image: release ## OCI image of the proxy for amd64 and arm64 in _output/image; IMAGE=REF pushes it
+	$(GO) run ./hack/image -bin-dir $(RELEASE_DIR) -version $(VERSION) -revision $(REVISION) \
+	  -created $$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ) -oci-layout $(IMAGE_DIR) $(if $(IMAGE),-push $(IMAGE))
 
 deps: ## install what the e2e tests, bench and demo need (root: apt packages, crictl, critest)
 	@if [ "$$(id -u)" = 0 ]; then hack/install-deps.sh; \
