@@ -237,7 +237,8 @@ func (e *benchEnv) rssTarget() (string, float64, float64) {
 	return "RSS of the daemon with 100,000 records, after a GC run, MiB (<= 64)", after["VmRSS"], 64
 }
 
-// memory is the VmRSS, RssAnon and RssFile of a process, in MiB.
+// memory is the VmRSS (VmHWM: its peak), RssAnon and RssFile of a
+// process, in MiB.
 type memoryFigures map[string]float64
 
 func memory(pid int) memoryFigures {
@@ -246,7 +247,7 @@ func memory(pid int) memoryFigures {
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 {
 			switch k := strings.TrimSuffix(f[0], ":"); k {
-			case "VmRSS", "RssAnon", "RssFile":
+			case "VmRSS", "VmHWM", "RssAnon", "RssFile":
 				kb, _ := strconv.Atoi(f[1])
 				m[k] = float64(kb) / 1024
 			}

@@ -291,16 +291,26 @@ func (r *Rig) run(ctx context.Context, bin string, args ...string) Result {
 // serving on socket, with extra flags (which may override the defaults),
 // and returns at once.
 func (r *Rig) RunProxy(bin, socket string, extra ...string) (*Proc, error) {
+	return r.runProxy(bin, socket, nil, extra)
+}
+
+func (r *Rig) runProxy(bin, socket string, env, extra []string) (*Proc, error) {
 	args := append([]string{bin, "serve", "--socket", socket,
 		"--runtime-endpoint", "unix://" + r.ContainerdSock, "--monitoring-address", "-", "--log-level", "debug"}, extra...)
 	r.proxies++
 	log := filepath.Join(r.Dir, fmt.Sprintf("proxy-%d-%s.log", r.proxies, filepath.Base(socket)))
-	return StartProc("cri-image-proxy", log, nil, args...)
+	return StartProc("cri-image-proxy", log, env, args...)
 }
 
 // StartProxy is RunProxy, then waits until the proxy answers on socket.
 func (r *Rig) StartProxy(bin, socket string, extra ...string) (*Proc, error) {
-	p, err := r.RunProxy(bin, socket, extra...)
+	return r.StartProxyEnv(bin, socket, nil, extra...)
+}
+
+// StartProxyEnv is StartProxy with env (KEY=VALUE) added to the proxy's
+// environment.
+func (r *Rig) StartProxyEnv(bin, socket string, env []string, extra ...string) (*Proc, error) {
+	p, err := r.runProxy(bin, socket, env, extra)
 	if err != nil {
 		return nil, err
 	}
