@@ -108,22 +108,23 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 SYSTEMD := $(shell [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && echo yes)
 
-install: build ## install on this node (root): binary, systemd unit, a config if there is none; see docs/install.md
+install: build ## install on this node (root): binary, systemd service and socket units, a config if there is none; see docs/install.md
 	install -D -m 0755 $(BIN)/cri-image-proxy $(DESTDIR)$(PREFIX)/bin/cri-image-proxy
 	install -d -m 0755 $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/cri-image-proxy
 	sed 's|/usr/local/bin/cri-image-proxy|$(PREFIX)/bin/cri-image-proxy|' deploy/systemd/cri-image-proxy.service \
 	  > $(DESTDIR)/etc/systemd/system/cri-image-proxy.service
+	install -m 0644 deploy/systemd/cri-image-proxy.socket $(DESTDIR)/etc/systemd/system/cri-image-proxy.socket
 	chmod 0644 $(DESTDIR)/etc/systemd/system/cri-image-proxy.service
 	@[ -e $(DESTDIR)/etc/cri-image-proxy/config.yaml ] || \
 	  install -m 0644 deploy/examples/proxy-config.yaml $(DESTDIR)/etc/cri-image-proxy/config.yaml
 	@if [ -n "$(SYSTEMD)" ]; then systemctl daemon-reload; fi
 	@echo "installed. Next: review /etc/cri-image-proxy/config.yaml, then"
-	@echo "  systemctl enable --now cri-image-proxy"
+	@echo "  systemctl enable --now cri-image-proxy.socket cri-image-proxy"
 	@echo "and point the kubelet at it: deploy/examples/kubelet-dropin.conf (docs/install.md)."
 
 uninstall: ## stop and remove the service and binary (root); keeps /etc/cri-image-proxy and the records in /var/lib/cri-image-proxy
-	@if [ -n "$(SYSTEMD)" ]; then systemctl disable --now cri-image-proxy || true; fi
-	rm -f $(DESTDIR)$(PREFIX)/bin/cri-image-proxy $(DESTDIR)/etc/systemd/system/cri-image-proxy.service
+	@if [ -n "$(SYSTEMD)" ]; then systemctl disable --now cri-image-proxy cri-image-proxy.socket || true; fi
+	rm -f $(DESTDIR)$(PREFIX)/bin/cri-image-proxy $(DESTDIR)/etc/systemd/system/cri-image-proxy.service $(DESTDIR)/etc/systemd/system/cri-image-proxy.socket
 	@if [ -n "$(SYSTEMD)" ]; then systemctl daemon-reload; fi
 	@echo "removed. Remove the kubelet drop-in first if the kubelet pointed at the proxy (docs/install.md)."
 

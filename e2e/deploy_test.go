@@ -38,8 +38,9 @@ func TestInstall(t *testing.T) {
 	mk("install")
 	bin := filepath.Join(root, "usr/local/bin/cri-image-proxy")
 	unit := filepath.Join(root, "etc/systemd/system/cri-image-proxy.service")
+	socketUnit := filepath.Join(root, "etc/systemd/system/cri-image-proxy.socket")
 	cfg := filepath.Join(root, "etc/cri-image-proxy/config.yaml")
-	for path, mode := range map[string]os.FileMode{bin: 0o755, unit: 0o644, cfg: 0o644} {
+	for path, mode := range map[string]os.FileMode{bin: 0o755, unit: 0o644, socketUnit: 0o644, cfg: 0o644} {
 		fi, err := os.Stat(path)
 		if err != nil || fi.Mode().Perm() != mode {
 			t.Errorf("%s: %v (mode %v, want %v)", path, err, fi.Mode().Perm(), mode)
@@ -56,12 +57,14 @@ func TestInstall(t *testing.T) {
 		dir := t.TempDir()
 		data, _ := os.ReadFile(unit)
 		os.WriteFile(filepath.Join(dir, "cri-image-proxy.service"), []byte(strings.ReplaceAll(string(data), "/usr/local/bin/cri-image-proxy", bin)), 0o644)
+		socket, _ := os.ReadFile(socketUnit)
+		os.WriteFile(filepath.Join(dir, "cri-image-proxy.socket"), socket, 0o644)
 		os.WriteFile(filepath.Join(dir, "kubelet.service"), []byte("[Unit]\nDescription=stand-in kubelet\n[Service]\nExecStart=/bin/true\n"), 0o644)
 		os.MkdirAll(filepath.Join(dir, "kubelet.service.d"), 0o755)
 		dropin, _ := os.ReadFile("../deploy/examples/kubelet-dropin.conf")
 		os.WriteFile(filepath.Join(dir, "kubelet.service.d", "20-cri-image-proxy.conf"), dropin, 0o644)
 		verify := func() ([]byte, error) {
-			cmd := exec.Command("systemd-analyze", "verify", "--man=no", "cri-image-proxy.service", "kubelet.service")
+			cmd := exec.Command("systemd-analyze", "verify", "--man=no", "cri-image-proxy.socket", "cri-image-proxy.service", "kubelet.service")
 			cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":")
 			return cmd.CombinedOutput()
 		}
@@ -84,6 +87,23 @@ func TestInstall(t *testing.T) {
 			t.Errorf("exposure %v (%v %v):\n%s", exposure, err, serr, out)
 		}
 		t.Logf("exposure %.1f", exposure)
+	})
+
+	t.Run("the socket unit listens where the installed config serves", func(t *testing.T) {
+		data, _ := os.ReadFile(socketUnit)
+		var listen string
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "ListenStream="); ok {
+				listen = v
+			}
+		}
+		out, err := exec.Command(bin, "config", "dump", "--config", cfg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("config dump: %v\n%s", err, out)
+		}
+		if listen == "" || !strings.Contains(string(out), "path: "+listen+"\n") {
+			t.Errorf("ListenStream=%s is not the socket.path of the installed config:\n%s", listen, out)
+		}
 	})
 
 	t.Run("the unit's ExecStartPre accepts the installed config", func(t *testing.T) {
@@ -113,7 +133,7 @@ func TestInstall(t *testing.T) {
 			t.Errorf("install overwrote the config")
 		}
 		mk("uninstall")
-		for _, gone := range []string{bin, unit} {
+		for _, gone := range []string{bin, unit, socketUnit} {
 			if _, err := os.Stat(gone); !os.IsNotExist(err) {
 				t.Errorf("%s left by uninstall", gone)
 			}

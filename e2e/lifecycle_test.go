@@ -6,11 +6,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 )
 
 // TestContainerdRestartUnderTheProxy restarts containerd while the proxy
@@ -218,5 +221,89 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	if msg := next(); msg != "STOPPING=1" {
 		t.Errorf("notification on SIGTERM %q, want STOPPING=1", msg)
+	}
+}
+
+// TestSocketActivationKeepsCallsAcrossARestart plays systemd's part of
+// cri-image-proxy.socket: the test binds and listens on the CRI socket and
+// passes it to the proxy as systemd does (fd 3, LISTEN_FDS=1, LISTEN_PID
+// the proxy's own pid). The proxy serves on it, leaves it in place when it
+// stops, and a call made while no proxy runs waits in the backlog and is
+// answered by the next instance, where without activation it would fail.
+func TestSocketActivationKeepsCallsAcrossARestart(t *testing.T) {
+	needRig(t)
+	path := filepath.Join(testRig.Dir, "activated.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held, err := l.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ep := "unix://" + path
+
+	start := func(n int) *exec.Cmd {
+		t.Helper()
+		log, err := os.Create(filepath.Join(testRig.Dir, fmt.Sprintf("activated-proxy-%d.log", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		// sh sets LISTEN_PID to its pid and exec keeps it: systemd sets it
+		// between fork and exec, which os/exec cannot.
+		cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=cri-image-proxy.socket exec "$0" "$@"`,
+			proxyBin, "serve", "--socket", path, "--runtime-endpoint", direct(), "--monitoring-address", "-", "--log-level", "info")
+		cmd.ExtraFiles = []*os.File{held}
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	stop := func(cmd *exec.Cmd) {
+		t.Helper()
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the proxy exited with %v on SIGTERM", err)
+		}
+	}
+
+	first := start(1)
+	if r := crictl(t, ep, "version"); r.Err != nil {
+		stop(first)
+		t.Fatalf("version through the activated socket: %v\n%s", r.Err, r.Stderr)
+	}
+	stop(first)
+	log, _ := os.ReadFile(filepath.Join(testRig.Dir, "activated-proxy-1.log"))
+	if !strings.Contains(string(log), "socket activation") {
+		t.Errorf("the proxy did not say it serves systemd's socket:\n%s", log)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("the socket after the proxy stopped: %v %v", fi, err)
+	}
+
+	// A call while no proxy runs: it connects and waits in the backlog of
+	// the socket, which ss shows as the listener's receive queue.
+	pending := make(chan rig.Result, 1)
+	go func() { pending <- crictl(t, ep, "--timeout=2m", "version") }()
+	waitUntil(t, time.Minute, func() error {
+		select {
+		case r := <-pending:
+			t.Fatalf("a call with no proxy running returned: %v %s", r.Err, r.Stderr)
+		default:
+		}
+		out, err := exec.Command("ss", "-xlnH", "src", path).CombinedOutput()
+		if f := strings.Fields(string(out)); err != nil || len(f) < 3 || f[2] == "0" {
+			return fmt.Errorf("no connection waiting on %s: %v %q", path, err, out)
+		}
+		return nil
+	})
+	second := start(2)
+	defer stop(second)
+	if r := <-pending; r.Err != nil || !strings.Contains(r.Stdout, "RuntimeName") {
+		t.Fatalf("the call made during the restart: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 	}
 }

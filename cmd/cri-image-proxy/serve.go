@@ -173,6 +173,12 @@ func newLogger(l config.Logging, w io.Writer) *slog.Logger {
 // shuts down gracefully.
 func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	log := newLogger(cfg.Logging, os.Stderr)
+	// Sockets systemd passed (cri-image-proxy.socket), collected before any
+	// plugin runs: the call also keeps them from being inherited.
+	activated, err := unixsock.Activated()
+	if err != nil {
+		return err
+	}
 	backend, err := criproxy.Dial(cfg.RuntimeEndpoint, cfg.ImageEndpoint)
 	if err != nil {
 		return err
@@ -223,7 +229,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		if store != nil {
 			defer store.Close()
 			background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
-			l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
+			l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600, Activated: activated})
 			if err != nil {
 				return fmt.Errorf("admin socket: %w", err)
 			}
@@ -237,9 +243,19 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		return err
 	}
 
-	sock, err := unixsock.Listen(cfg.Socket.Path, unixsock.Options{Group: cfg.Socket.Group})
+	sock, err := unixsock.Listen(cfg.Socket.Path, unixsock.Options{Group: cfg.Socket.Group, Activated: activated})
 	if err != nil {
 		return err
+	}
+	if sock.Activated {
+		log.Info("the CRI socket is systemd's (socket activation): calls made during a restart wait for the next instance", "socket", cfg.Socket.Path)
+	}
+	for path, l := range activated {
+		if path != cfg.Socket.Path && (adminListener == nil || path != adminListener.Addr().String()) {
+			l.Close()
+			sock.Close()
+			return fmt.Errorf("systemd passed the socket %s, which is neither socket.path (%s) nor the admin socket: make the .socket unit's ListenStream the configured path", path, cfg.Socket.Path)
+		}
 	}
 	var secure *monitoring.Server
 	var secureListener net.Listener

@@ -6,4 +6,10 @@
 // so a second instance fails at once and names the first one's PID instead
 // of stealing its socket. A socket file left by a crashed instance is
 // removed; one that still answers is never touched.
+//
+// Under systemd socket activation (a .socket unit) the socket is the
+// service manager's: Activated collects what it passed, Listen takes the
+// one bound to its path and Close leaves the file in place. The manager
+// keeps listening while the daemon restarts, so a client's call waits in
+// the backlog instead of failing.
 package unixsock

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,13 +23,44 @@ type Options struct {
 	// Group owning the socket file, a name or a numeric GID; empty keeps the
 	// process's group.
 	Group string
+	// Activated are the sockets the service manager passed (Activated): if
+	// one is bound to the path, Listen takes it instead of making a socket,
+	// and leaves the file, its mode and its group to the manager.
+	Activated map[string]net.Listener
 }
 
 // Listener is a unix socket listener that also holds the instance lock.
-// Closing it removes the socket and releases the lock.
+// Closing it removes the socket (unless the service manager owns it) and
+// releases the lock.
 type Listener struct {
 	net.Listener
 	lock *os.File
+	// Activated says the service manager passed the socket: it keeps it,
+	// and the connections that arrive while we are away, across a restart.
+	Activated bool
+}
+
+// Activated returns the unix sockets the service manager passed (systemd
+// socket activation: LISTEN_PID, LISTEN_FDS), by the path they are bound
+// to, and unsets those variables so that no child inherits them. It can be
+// called once; with nothing passed it returns an empty map.
+func Activated() (map[string]net.Listener, error) {
+	ls, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("sockets passed by the service manager: %w", err)
+	}
+	out := map[string]net.Listener{}
+	for i, l := range ls {
+		if l == nil {
+			return nil, fmt.Errorf("socket passed by the service manager, file descriptor %d: not a listening stream socket", 3+i)
+		}
+		if _, ok := l.Addr().(*net.UnixAddr); !ok || !filepath.IsAbs(l.Addr().String()) {
+			l.Close()
+			return nil, fmt.Errorf("socket passed by the service manager, file descriptor %d: %s %q is not a unix socket path", 3+i, l.Addr().Network(), l.Addr())
+		}
+		out[l.Addr().String()] = l
+	}
+	return out, nil
 }
 
 // Close stops listening, removes the socket file and releases the lock.
@@ -64,6 +96,10 @@ func Listen(path string, opts Options) (*Listener, error) {
 	lock, err := lockInstance(path + ".lock")
 	if err != nil {
 		return nil, err
+	}
+	if l, ok := opts.Activated[path]; ok {
+		// A listener from a file descriptor does not unlink on Close.
+		return &Listener{Listener: l, lock: lock, Activated: true}, nil
 	}
 	l, err := listen(path, mode, gid)
 	if err != nil {

@@ -127,3 +127,80 @@ func TestListen(t *testing.T) {
 		}
 	})
 }
+
+func TestListenActivated(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a socket the service manager passed is taken as it is and outlives Close", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		// What systemd does: it binds and listens, then hands the fd over.
+		held, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		f, err := held.(*net.UnixListener).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		passed, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := Listen(path, Options{Mode: 0o600, Activated: map[string]net.Listener{path: passed}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Activated {
+			t.Error("Listener.Activated is false for a passed socket")
+		}
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				c.Close()
+			}
+		}()
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		c.Close()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The manager's socket is still there and still listening: a
+		// client connects (it waits in the backlog for the next instance).
+		if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+			t.Fatalf("the socket file after Close: %v, %v", fi, err)
+		}
+		c, err = net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("dial after Close: %v", err)
+		}
+		c.Close()
+		// And the next instance takes the lock again.
+		l2, err := Listen(path, Options{Activated: map[string]net.Listener{path: held}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2.lock.Close()
+	})
+
+	t.Run("a socket passed for another path is left alone", func(t *testing.T) {
+		dir := tempDir(t)
+		other, err := net.Listen("unix", filepath.Join(dir, "other.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		path := filepath.Join(dir, "proxy.sock")
+		l, err := Listen(path, Options{Activated: map[string]net.Listener{other.Addr().String(): other}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if l.Activated {
+			t.Error("took a socket bound to another path")
+		}
+	})
+}
