@@ -19,7 +19,7 @@ func BenchmarkPullImageHookCacheHit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	in.plugins[0].runner = r
+	in.plugins()[0].runner = r
 	req := pull("registry.test:5000/team-a/app:v1", nil)
 	resp := &runtimeapi.PullImageResponse{ImageRef: "sha256:abc"}
 	next := func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {

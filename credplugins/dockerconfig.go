@@ -35,6 +35,6 @@ func NewFromDockerConfig(path string, opts Options) (*Injector, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.plugins[0].runner = dockerConfigRunner{d}
+	in.plugins()[0].runner = dockerConfigRunner{d}
 	return in, nil
 }

@@ -12,6 +12,29 @@ type metrics struct {
 	lookups   *prometheus.CounterVec   // plugin, result (hit, miss)
 	evictions *prometheus.CounterVec   // plugin
 	pulls     *prometheus.CounterVec   // result
+	info      *prometheus.GaugeVec     // hash
+}
+
+// setConfigHash makes hash the one credential_provider_config_info shows.
+func (m *metrics) setConfigHash(hash string) {
+	m.info.Reset()
+	m.info.WithLabelValues(hash).Set(1)
+}
+
+// cacheEntries is the credential_cache_entries gauge of the providers
+// configured now: a collector, so that a reload's providers appear and
+// the removed ones go.
+type cacheEntries struct {
+	desc  *prometheus.Desc
+	sizes func() map[string]int
+}
+
+func (c cacheEntries) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c cacheEntries) Collect(ch chan<- prometheus.Metric) {
+	for name, n := range c.sizes() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), name)
+	}
 }
 
 // Results of a plugin call, the "result" label.
@@ -23,7 +46,7 @@ const (
 	resultOutputTooLarge  = "output_too_large"
 )
 
-func newMetrics(reg prometheus.Registerer, configHash string, entries func(plugin string) func() float64, plugins []string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, cacheSizes func() map[string]int) (*metrics, error) {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "credential_plugin", Name: "calls_total",
@@ -47,22 +70,16 @@ func newMetrics(reg prometheus.Registerer, configHash string, entries func(plugi
 			Help: "PullImage calls seen by credential injection, by result: request_auth (pulled with the request's own credentials), request_auth_fallback (the registry refused the request's credentials, a provider's were accepted), anonymous (no provider had credentials), injected (pulled with a provider's credential), failed (every candidate failed).",
 		}, []string{"result"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "cri_image_proxy", Name: "credential_provider_config_info",
 		Help: "Hash of the credential provider configuration in use, as a label (the kubelet's credential_provider_config_info).",
 	}, []string{"hash"})
-	info.WithLabelValues(configHash).Set(1)
-	cs := []prometheus.Collector{m.calls, m.duration, m.lookups, m.evictions, m.pulls, info}
-	for _, p := range plugins {
-		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "cri_image_proxy", Subsystem: "credential_cache", Name: "entries",
-			Help:        "Entries in a plugin's credential cache, expired ones not yet purged included.",
-			ConstLabels: prometheus.Labels{"plugin": p},
-		}, entries(p)))
+	if reg == nil {
+		return m, nil
 	}
+	entries := cacheEntries{sizes: cacheSizes, desc: prometheus.NewDesc("cri_image_proxy_credential_cache_entries",
+		"Entries in a plugin's credential cache, expired ones not yet purged included.", []string{"plugin"}, nil)}
+	cs := []prometheus.Collector{m.calls, m.duration, m.lookups, m.evictions, m.pulls, m.info, entries}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err

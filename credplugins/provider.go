@@ -38,13 +38,16 @@ type Answer struct {
 // plugin is one configured provider with its cache, as the kubelet's
 // pluginProvider: a cache per provider, one exec per image at a time.
 type plugin struct {
-	cfg      Provider
-	runner   runner
-	identity Identity // for token providers
-	cache    *authcache.Cache[Answer]
-	metrics  *metrics
-	log      *slog.Logger
-	now      func() time.Time
+	cfg Provider
+	// definition identifies what the plugin does (definition()): a
+	// reload keeps the plugin, and its cache, while it is the same.
+	definition string
+	runner     runner
+	identity   Identity // for token providers
+	cache      *authcache.Cache[Answer]
+	metrics    *metrics
+	log        *slog.Logger
+	now        func() time.Time
 }
 
 // matches reports whether the provider handles image.

@@ -69,7 +69,7 @@ func newTestInjector(t *testing.T, clk *testclock.FakeClock, providers ...struct
 		t.Fatal(err)
 	}
 	for i, p := range providers {
-		in.plugins[i].runner = p.runner
+		in.plugins()[i].runner = p.runner
 	}
 	return in
 }

@@ -142,7 +142,7 @@ func echoesToken(a Auth, token string) bool {
 // access, and a provider no longer configured for the image hands out no
 // credential for it (#12). It reads no API and runs no plugin.
 func (in *Injector) ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string) {
-	for _, p := range in.plugins {
+	for _, p := range in.plugins() {
 		ta := p.cfg.TokenAttributes
 		if ta == nil || !p.matches(image) {
 			continue

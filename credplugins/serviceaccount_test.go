@@ -69,7 +69,7 @@ func newTokenInjector(t *testing.T, api *fakeAPI, p Provider, r runner) *Injecto
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.plugins[0].runner = r
+	in.plugins()[0].runner = r
 	return in
 }
 
@@ -221,7 +221,7 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"R
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.plugins[0].runner = newExecPlugin(p, dir, time.Minute)
+		in.plugins()[0].runner = newExecPlugin(p, dir, time.Minute)
 		_, answers, failed := in.Lookup(ctx, "registry.test/app", &PodRef{Namespace: "team-a", Name: "p1", UID: "pod-1"})
 		if len(failed) > 0 || len(answers) != 1 {
 			t.Fatalf("answers %v, failed %v", answers, failed)

@@ -73,7 +73,7 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 			"image", shown, "field", use.field, "pod", podName(pod), "err", err)
 		return fmt.Errorf("image %q for pod %s: %w: the image check could not be made; retry", shown, podName(pod), errdefs.ErrUnavailable)
 	case ref != "":
-	case use.field == "image" && g.policy.VerificationRequired("", true):
+	case use.field == "image" && g.Policy().VerificationRequired("", true):
 		// Not an image of the node (absent, or a name the runtime cannot
 		// parse), yet containerd may still create from it: a file path,
 		// absolute or relative to its working directory, is restored as a
@@ -135,7 +135,7 @@ func (g *Guard) mayNeedVerification(image string) bool {
 	if !ok || imageref.MayBeIDPrefix(image) {
 		// An ID, or a name containerd may resolve as a prefix of one: it can
 		// stand for any image the proxy pulled.
-		return g.policy.VerificationRequired("", true)
+		return g.Policy().VerificationRequired("", true)
 	}
 	return g.repoMayNeedVerification(repo)
 }

@@ -3,6 +3,7 @@ package ensure
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -13,8 +14,10 @@ import (
 // the CRI path's state (grants, hides, the pods of the node, metrics);
 // records explain, with no daemon running, uses a Decider alone.
 type Decider struct {
-	store   RecordStore
-	policy  Policy
+	store RecordStore
+	// policy is swapped whole by SetPolicy (a reload); a decision reads it
+	// once.
+	policy  atomic.Pointer[policyRef]
 	runtime Runtime
 	// pending counts pulls in flight per repository, intents a crash left
 	// included: their images are never taken for preloaded ones.
@@ -27,6 +30,16 @@ type Decider struct {
 	// names remembers parsed image names.
 	names imageref.Names
 }
+
+// policyRef boxes a Policy for atomic.Pointer.
+type policyRef struct{ Policy }
+
+// Policy returns the policy decisions are made under now.
+func (d *Decider) Policy() Policy { return d.policy.Load().Policy }
+
+// SetPolicy makes p the policy of the next decisions (a reload of the
+// configuration); decisions already under way finish under the old one.
+func (d *Decider) SetPolicy(p Policy) { d.policy.Store(&policyRef{p}) }
 
 // NewDecider returns the core over store, policy and rt, for decisions
 // outside the daemon (records explain): the intents on disk count as pulls
@@ -42,7 +55,8 @@ func NewDecider(store RecordStore, policy Policy, rt Runtime) (*Decider, error) 
 // init sets d up and returns the intents found on disk, each counted as a
 // pull in flight of its repository.
 func (d *Decider) init(store RecordStore, policy Policy, rt Runtime, log *slog.Logger) ([]Intent, error) {
-	d.store, d.policy, d.runtime, d.log = store, policy, rt, log
+	d.store, d.runtime, d.log = store, rt, log
+	d.SetPolicy(policy)
 	d.pending, d.unrecorded = newPendingTable(), newPendingTable()
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)

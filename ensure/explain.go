@@ -44,7 +44,7 @@ func (g *Guard) Explain(ctx context.Context, image, podUID string) (*Explanation
 // explain is Explain; granted, when the caller knows the grants, tells
 // whether a pod holds one for an image.
 func (g *Decider) explain(ctx context.Context, image, podUID string, granted func(podUID, imageRef string) bool) (*Explanation, error) {
-	e := &Explanation{Image: image, Policy: string(g.policy.Name()), PodUID: podUID, GrantsKnown: granted != nil}
+	e := &Explanation{Image: image, Policy: string(g.Policy().Name()), PodUID: podUID, GrantsKnown: granted != nil}
 	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)

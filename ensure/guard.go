@@ -159,12 +159,13 @@ func (g *Decider) decideNoMetrics(imageRef, repo string) decision {
 	if imageRef == "" {
 		return decision{true, resultMustAuth, "no image ID"}
 	}
+	policy := g.Policy()
 	rec, err := g.store.Get(imageRef)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		// The record is unknown: decide as if the image had been pulled
 		// with credentials, the case that needs the most.
-		if !g.policy.VerificationRequired(repo, true) {
-			return decision{false, resultPolicyAllowed, g.policy.WhyNot(repo)}
+		if !policy.VerificationRequired(repo, true) {
+			return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
 		}
 		if !errors.Is(err, ErrRecordsUnavailable) { // said once, at start
 			g.log.Error("reading the image's record failed; it needs verification", "image", imageRef, "err", err)
@@ -178,8 +179,8 @@ func (g *Decider) decideNoMetrics(imageRef, repo string) decision {
 		}
 	}
 	pulled := g.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) || (rec == nil && g.unrecorded.has(imageRef))
-	if !g.policy.VerificationRequired(repo, pulled) {
-		return decision{false, resultPolicyAllowed, g.policy.WhyNot(repo)}
+	if !policy.VerificationRequired(repo, pulled) {
+		return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
 	}
 	if rec == nil {
 		return decision{true, resultMustAuth, "no record of a verified pull"}
@@ -243,7 +244,7 @@ func (g *Decider) verified(imageRef, repo, hash string) (bool, string) {
 // repoMayNeedVerification reports, from memory only, whether an image
 // listed as repo may need verification: it errs towards true.
 func (g *Decider) repoMayNeedVerification(repo string) bool {
-	return g.policy.MayNeedVerification(repo, g)
+	return g.Policy().MayNeedVerification(repo, g)
 }
 
 func (g *Decider) pullInFlight(repo string) bool { return g.pending.has(repo) }

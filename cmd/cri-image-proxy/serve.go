@@ -46,7 +46,8 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cfg)
+			reload := func() (*config.ProxyConfiguration, error) { return loadServeConfig(cmd.Flags(), configPath) }
+			return serve(cmd.Context(), cfg, reload, configPath)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "configuration file ("+config.APIVersion+" "+config.Kind+"); flags override it")
@@ -171,7 +172,9 @@ func newLogger(l config.Logging, w io.Writer) *slog.Logger {
 
 // serve runs the daemon until ctx is cancelled (SIGTERM, SIGINT), then
 // shuts down gracefully.
-func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
+// serve runs the daemon on cfg; reload loads the configuration again (the
+// file at configPath with the flags) for a reload.
+func serve(ctx context.Context, cfg *config.ProxyConfiguration, reload func() (*config.ProxyConfiguration, error), configPath string) error {
 	log := newLogger(cfg.Logging, os.Stderr)
 	// Sockets systemd passed (cri-image-proxy.socket), collected before any
 	// plugin runs: the call also keeps them from being inherited.
@@ -201,8 +204,9 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	// accounts re-checks service-account re-uses against the token plugins
 	// (nil without plugins: such a re-use is then never made).
 	var accounts ensure.AccountCheck
+	var injector *credplugins.Injector
 	if cp := cfg.CredentialProviders; cp != nil {
-		injector, err := newInjector(cp, identity, log, reg)
+		injector, err = newInjector(cp, identity, log, reg)
 		if err != nil {
 			return err
 		}
@@ -213,9 +217,12 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 	}
 	var readyChecks []monitoring.ReadyFunc
 	var adminServer *http.Server
+	var guard *ensure.Guard
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		guard, store, retry, err := newGuard(ctx, e, backend, identity, accounts, log, reg)
+		var store *records.Store
+		var retry func(context.Context)
+		guard, store, retry, err = newGuard(ctx, e, backend, identity, accounts, log, reg)
 		if err != nil {
 			return err
 		}
@@ -238,6 +245,12 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration) error {
 		}
 		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
 	}
+	reloader, err := newReloader(reload, cfg, injector, guard, log, reg)
+	if err != nil {
+		return err
+	}
+	background = append(background, func(ctx context.Context) { reloader.Run(ctx, configPath) })
+
 	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Interceptors: interceptors})
 	if err != nil {
 		return err

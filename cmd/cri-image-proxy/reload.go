@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// reloader applies a changed configuration while the daemon serves: on
+// SIGHUP, and when the configuration file, the credential provider
+// configuration (file or directory) or the plugins' directory change. A
+// new configuration is loaded and checked whole (as serve and config
+// validate would) before anything changes; then the credential providers
+// and the ensure policy are swapped, each atomically. A configuration that
+// fails, or that changes what only a restart can (the sockets, the
+// runtime, the database, the API, turning a feature on or off), is
+// refused with a log line and a metric, and the current one keeps serving.
+//
+// The kubelet reads its provider configuration once
+// (kubernetes/kubernetes#130420); operators rotating plugins across a
+// fleet asked for better.
+type reloader struct {
+	load     func() (*config.ProxyConfiguration, error)
+	current  *config.ProxyConfiguration
+	injector *credplugins.Injector // nil: injection off
+	guard    *ensure.Guard         // nil: ensure off
+	log      *slog.Logger
+
+	reloads *prometheus.CounterVec // result: applied, refused
+	last    prometheus.Gauge       // the time of the last applied configuration
+	info    *prometheus.GaugeVec   // hash
+}
+
+// debounce gathers the events of one change (an editor's write and
+// rename, a package's files) into one reload.
+const debounce = 500 * time.Millisecond
+
+func newReloader(load func() (*config.ProxyConfiguration, error), current *config.ProxyConfiguration, injector *credplugins.Injector, guard *ensure.Guard, log *slog.Logger, reg prometheus.Registerer) (*reloader, error) {
+	r := &reloader{load: load, current: current, injector: injector, guard: guard, log: log,
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cri_image_proxy", Name: "config_reloads_total",
+			Help: "Configuration reloads (SIGHUP or a changed file), by result: applied, refused (the current configuration kept serving).",
+		}, []string{"result"}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cri_image_proxy", Name: "config_last_applied_timestamp_seconds",
+			Help: "When the configuration in use was applied (the start, or the last reload applied).",
+		}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "cri_image_proxy", Name: "config_info",
+			Help: "Hash of the effective configuration in use (the file with the flags, and the credential provider configuration), as a label: a fleet shows who runs what.",
+		}, []string{"hash"}),
+	}
+	for _, c := range []prometheus.Collector{r.reloads, r.last, r.info} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	r.applied(current)
+	return r, nil
+}
+
+// applied records cfg as the configuration in use.
+func (r *reloader) applied(cfg *config.ProxyConfiguration) {
+	r.current = cfg
+	r.last.SetToCurrentTime()
+	r.info.Reset()
+	r.info.WithLabelValues(r.hash(cfg)).Set(1)
+}
+
+// hash identifies the effective configuration: the configuration with the
+// flags, and the content of the provider configuration it names.
+func (r *reloader) hash(cfg *config.ProxyConfiguration) string {
+	h := sha256.New()
+	b, _ := json.Marshal(cfg)
+	h.Write(b)
+	if r.injector != nil {
+		h.Write([]byte(r.injector.Config().Hash))
+	}
+	return fmt.Sprintf("sha256:%x", h.Sum(nil))[:19] // "sha256:" and 12 hex digits: enough to tell configurations apart
+}
+
+// Reload loads the configuration again and applies it, or refuses it.
+func (r *reloader) Reload(why string) error {
+	err := r.reload()
+	if err != nil {
+		r.reloads.WithLabelValues("refused").Inc()
+		r.log.Error("configuration reload refused: the current configuration keeps serving", "trigger", why, "err", err)
+		return err
+	}
+	r.reloads.WithLabelValues("applied").Inc()
+	return nil
+}
+
+func (r *reloader) reload() error {
+	cfg, err := r.load()
+	if err != nil {
+		return err
+	}
+	if fields := restartOnly(r.current, cfg); len(fields) > 0 {
+		return fmt.Errorf("%s changed: only a restart applies that", strings.Join(fields, ", "))
+	}
+	// Everything is built and checked before anything is swapped.
+	var providers *credplugins.Config
+	if cp := cfg.CredentialProviders; cp != nil {
+		if providers, err = credplugins.LoadConfig(cp.Config, cp.BinDir); err != nil {
+			return err
+		}
+	}
+	var policy ensure.Policy
+	if e := cfg.EnsureSecretPulledImages; e.Enabled {
+		if policy, err = ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist); err != nil {
+			return err
+		}
+	}
+	attrs := []any{}
+	if r.injector != nil {
+		rep, err := r.injector.Reload(providers)
+		if err != nil {
+			return err
+		}
+		attrs = append(attrs, "providersHash", providers.Hash, "kept", rep.Kept, "changed", rep.Changed, "added", rep.Added, "removed", rep.Removed)
+	}
+	if r.guard != nil {
+		r.guard.SetPolicy(policy)
+		attrs = append(attrs, "policy", policy.Name())
+	}
+	r.applied(cfg)
+	r.log.Info("configuration reloaded", append(attrs, "hash", r.hash(cfg))...)
+	return nil
+}
+
+// restartOnly names what differs between the configurations outside what
+// a reload applies: the credential provider configuration and plugins'
+// directory, and the ensure policy and its allowlist.
+func restartOnly(old, next *config.ProxyConfiguration) []string {
+	strip := func(c *config.ProxyConfiguration) map[string]any {
+		var m map[string]any
+		b, _ := json.Marshal(c)
+		_ = json.Unmarshal(b, &m)
+		if cp, ok := m["credentialProviders"].(map[string]any); ok {
+			delete(cp, "config")
+			delete(cp, "binDir")
+		}
+		if e, ok := m["ensureSecretPulledImages"].(map[string]any); ok {
+			delete(e, "imagePullCredentialsVerificationPolicy")
+			delete(e, "preloadedImagesVerificationAllowlist")
+		}
+		return m
+	}
+	a, b := strip(old), strip(next)
+	var out []string
+	for k := range a {
+		if !reflect.DeepEqual(a[k], b[k]) {
+			out = append(out, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Run reloads on SIGHUP and on changes of the files until ctx is done.
+func (r *reloader) Run(ctx context.Context, configPath string) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		r.log.Warn("configuration files are not watched (SIGHUP still reloads)", "err", err)
+	} else {
+		defer w.Close()
+		r.watch(w, configPath)
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w != nil {
+		events, errs = w.Events, w.Errors
+	}
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = r.Reload("SIGHUP")
+		case ev := <-events:
+			if r.relevant(ev.Name, configPath) {
+				timer = time.After(debounce)
+			}
+		case err := <-errs:
+			r.log.Warn("watching the configuration files", "err", err)
+		case <-timer:
+			timer = nil
+			_ = r.Reload("a configuration file changed")
+			r.watch(w, configPath) // a provider directory may have appeared
+		}
+	}
+}
+
+// watch watches the directories holding what a reload reads: a file is
+// watched through its directory, so that an atomic replace (a rename
+// over it, as editors and configuration tools do) is seen.
+func (r *reloader) watch(w *fsnotify.Watcher, configPath string) {
+	for _, dir := range r.watched(configPath) {
+		if err := w.Add(dir); err != nil {
+			r.log.Debug("not watching a configuration directory", "dir", dir, "err", err)
+		}
+	}
+}
+
+// watched are the directories of the configuration file, the provider
+// configuration (a file's directory, or the directory itself) and the
+// plugins' directory.
+func (r *reloader) watched(configPath string) []string {
+	var dirs []string
+	if configPath != "" {
+		dirs = append(dirs, filepath.Dir(configPath))
+	}
+	if cp := r.current.CredentialProviders; cp != nil {
+		if fi, err := os.Stat(cp.Config); err == nil && fi.IsDir() {
+			dirs = append(dirs, cp.Config)
+		} else {
+			dirs = append(dirs, filepath.Dir(cp.Config))
+		}
+		dirs = append(dirs, cp.BinDir)
+	}
+	return dirs
+}
+
+// relevant reports whether a change of path can change the configuration.
+func (r *reloader) relevant(path, configPath string) bool {
+	if configPath != "" && filepath.Clean(path) == filepath.Clean(configPath) {
+		return true
+	}
+	cp := r.current.CredentialProviders
+	if cp == nil {
+		return false
+	}
+	dir := filepath.Dir(path)
+	return filepath.Clean(path) == filepath.Clean(cp.Config) || dir == filepath.Clean(cp.Config) || dir == filepath.Clean(cp.BinDir)
+}

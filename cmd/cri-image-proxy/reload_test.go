@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cri-image-proxy/cri-image-proxy/config"
+)
+
+func TestRestartOnly(t *testing.T) {
+	base := func() *config.ProxyConfiguration {
+		c := config.Default()
+		c.CredentialProviders = &config.CredentialProviders{Config: "/etc/providers.yaml", BinDir: "/usr/libexec/plugins"}
+		c.EnsureSecretPulledImages.Enabled = true
+		c.SetDefaults()
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*config.ProxyConfiguration)
+		want   string
+	}{
+		{"nothing changed: nothing to restart for", func(*config.ProxyConfiguration) {}, ""},
+		{"the policy and its allowlist are applied by a reload", func(c *config.ProxyConfiguration) {
+			c.EnsureSecretPulledImages.ImagePullCredentialsVerificationPolicy = "NeverVerifyAllowlistedImages"
+			c.EnsureSecretPulledImages.PreloadedImagesVerificationAllowlist = []string{"registry.example/base/*"}
+		}, ""},
+		{"the provider configuration and plugins' directory are applied by a reload", func(c *config.ProxyConfiguration) {
+			c.CredentialProviders.Config, c.CredentialProviders.BinDir = "/etc/other.yaml", "/opt/plugins"
+		}, ""},
+		{"the socket needs a restart", func(c *config.ProxyConfiguration) { c.Socket.Path = "/run/other.sock" }, "socket"},
+		{"the shutdown timeout needs a restart", func(c *config.ProxyConfiguration) { c.ShutdownTimeout.Duration = time.Minute }, "shutdownTimeout"},
+		{"the plugins' cache size needs a restart", func(c *config.ProxyConfiguration) { c.CredentialProviders.CacheSize = 7 }, "credentialProviders"},
+		{"turning injection off needs a restart", func(c *config.ProxyConfiguration) { c.CredentialProviders = nil }, "credentialProviders"},
+		{"turning ensure off needs a restart", func(c *config.ProxyConfiguration) { c.EnsureSecretPulledImages.Enabled = false }, "ensureSecretPulledImages"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next := base()
+			tc.change(next)
+			if got := strings.Join(restartOnly(base(), next), ","); got != tc.want {
+				t.Errorf("restartOnly = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReloadRefusedKeepsTheCurrentConfiguration(t *testing.T) {
+	cur := config.Default()
+	cur.SetDefaults()
+	reg := prometheus.NewRegistry()
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return nil, errors.New("config /etc/x.yaml: line 3: bad") },
+		cur, nil, nil, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := r.hash(cur)
+	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("got %v, want the load error", err)
+	}
+	if r.current != cur {
+		t.Errorf("the current configuration changed on a refused reload")
+	}
+	if n := testutil.ToFloat64(r.reloads.WithLabelValues("refused")); n != 1 {
+		t.Errorf("refused reloads %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(r.info.WithLabelValues(hash)); n != 1 {
+		t.Errorf("config_info lost the current hash %s", hash)
+	}
+
+	next := config.Default()
+	next.ShutdownTimeout.Duration = time.Hour
+	next.SetDefaults()
+	r.load = func() (*config.ProxyConfiguration, error) { return next, nil }
+	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "shutdownTimeout changed") {
+		t.Fatalf("got %v, want shutdownTimeout named", err)
+	}
+}
