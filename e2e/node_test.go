@@ -148,6 +148,7 @@ func runNodeScenarios(t *testing.T, k *kuberig.Kube, v kubeletVariant, results *
 		{"16. the proxy's identity is the node's: no secret, account or token of a pod on another node; told from the kubelet in the audit log", e.scenarioNodeIdentity},
 		{"17. doctor: the kubelet's endpoints are the proxy's socket and it called just now; a proxy on another socket is reported bypassed", e.scenarioDoctor},
 		{"18. the DaemonSet, from the image hack/image built: Ready under the kubelet; serves its host socket, plugin and records; gone with its pod", e.scenarioDaemonSet},
+		{"19. records in the kubelet's format: its records imported (secrets left behind); the proxy's exported and honoured by the kubelet alone", e.scenarioKubeletFormat},
 	} {
 		ran, skipped := false, false
 		ok := t.Run(sc.name, func(t *testing.T) {

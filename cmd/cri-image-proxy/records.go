@@ -18,6 +18,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -97,16 +98,118 @@ directly (and the container runtime, for explain and gc).`,
 				fmt.Fprintf(out, "dropped %d record(s) and %d grant(s)\n", r.Records, r.Grants)
 				return nil
 			})},
-		&cobra.Command{Use: "export", Short: "Print every record and pull intent as JSON", Args: cobra.NoArgs,
-			RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, _ []string) error {
-				ex, err := a.List(ctx)
-				if err != nil {
-					return err
-				}
-				return printJSON(out, ex)
-			})},
+		f.exportCmd(),
+		f.importCmd(),
 	)
 	return cmd
+}
+
+func (f *recordsFlags) exportCmd() *cobra.Command {
+	var format string
+	cmd := &cobra.Command{Use: "export [--format kubelet DIR]", Short: "Print every record and pull intent as JSON, or write them as the kubelet's own records",
+		Long: `Print every record and pull intent as JSON; with --format kubelet, write them into DIR
+in the kubelet's own layout (DIR/pulled, DIR/pulling: the kubelet's <root-dir>/image_manager), to
+hand a node's enforcement to a kubelet with KubeletEnsureSecretPulledImages. Stop the kubelet
+first: it reads the files at its start. A record the kubelet already has is merged, not replaced.
+Pull secrets cross by their coordinates (the kubelet matches them so, as the proxy does); a
+credential the proxy knows only by its salted hash cannot cross, and its pods verify again.`,
+		RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
+			ex, err := a.List(ctx)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return printJSON(out, ex)
+			}
+			var intents []string
+			for _, in := range ex.Intents {
+				if in.Image != "" {
+					intents = append(intents, in.Image)
+				}
+			}
+			rep, err := kubeletrecords.Write(args[0], ex.Records, intents)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "wrote %d record(s) and %d intent(s) to %s in the kubelet's layout\n", rep.Records, rep.Intents, args[0])
+			fmt.Fprintf(out, "%d pull secret(s) carried by their coordinates\n", rep.SecretsByCoordinates)
+			if rep.HashOnlySecrets > 0 {
+				fmt.Fprintf(out, "%d credential(s) known only by their salted hash were not carried: the pods that used them verify again under the kubelet\n", rep.HashOnlySecrets)
+			}
+			if len(ex.Undecoded) > 0 {
+				fmt.Fprintf(out, "%d record(s) of the database could not be read and were not written: %s\n", len(ex.Undecoded), strings.Join(ex.Undecoded, ", "))
+			}
+			return nil
+		})}
+	cmd.Args = func(_ *cobra.Command, args []string) error { return checkFormat(format, args) }
+	cmd.Flags().StringVar(&format, "format", "json", "json (to standard output) or kubelet (into DIR)")
+	return cmd
+}
+
+func (f *recordsFlags) importCmd() *cobra.Command {
+	var format string
+	var create bool
+	cmd := &cobra.Command{Use: "import --format kubelet DIR", Short: "Read a kubelet's own records into the database (the daemon stopped)",
+		Long: `Read the records and pull intents a kubelet keeps in DIR (its <root-dir>/image_manager) into
+the database, merged with the records it has, so that a node moving from the kubelet's
+enforcement to the proxy's neither treats its images as preloaded nor pulls everything again.
+The kubelet's pull secret hashes cannot be carried (the schemes differ): those images stay
+"pulled with credentials" and the pods that used the secrets verify again, once. Service
+accounts and node-wide pulls carry over. The daemon must be stopped: it holds the database.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "kubelet" {
+				return fmt.Errorf("--format %q: import reads only the kubelet's format (--format kubelet)", format)
+			}
+			if err := f.loadConfig(cmd); err != nil {
+				return err
+			}
+			if _, err := admin.Dial(f.adminSocket); err == nil {
+				return fmt.Errorf("the daemon answers on %s and holds the database: stop it, import, then start it", f.adminSocket)
+			}
+			if _, err := os.Stat(f.database); errors.Is(err, os.ErrNotExist) && !create {
+				return fmt.Errorf("there is no records database at %s: is --database right? (--create makes a new one, for a node whose proxy has not run yet)", f.database)
+			}
+			recs, intents, rep, err := kubeletrecords.Read(args[0])
+			if err != nil {
+				return fmt.Errorf("reading the kubelet's records: %w (nothing imported)", err)
+			}
+			store, err := records.Open(f.database, records.Options{})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			merged, err := kubeletrecords.Import(store, recs, intents)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, merged, rep.Intents, f.database)
+			if rep.SecretsNotCarried > 0 {
+				fmt.Fprintf(out, "%d pull secret credential(s) of the kubelet were not carried (the hash schemes differ): their images need verification, once, by the pods that use them\n", rep.SecretsNotCarried)
+			}
+			if rep.Skipped > 0 {
+				fmt.Fprintf(out, "%d file(s) skipped, as the kubelet skips them (temporary or foreign names)\n", rep.Skipped)
+			}
+			return nil
+		}}
+	cmd.Flags().StringVar(&format, "format", "", "the records' format: kubelet")
+	cmd.Flags().BoolVar(&create, "create", false, "create the database when it does not exist")
+	return cmd
+}
+
+// checkFormat checks export's format and its argument.
+func checkFormat(format string, args []string) error {
+	switch {
+	case format == "json" && len(args) == 0, format == "kubelet" && len(args) == 1:
+		return nil
+	case format == "kubelet":
+		return errors.New("--format kubelet writes into a directory: give DIR (the kubelet's <root-dir>/image_manager)")
+	case format == "json":
+		return errors.New("--format json prints to standard output: no DIR")
+	default:
+		return fmt.Errorf("--format %q: want json or kubelet", format)
+	}
 }
 
 func (f *recordsFlags) explainCmd() *cobra.Command {
@@ -218,24 +321,8 @@ func (f *recordsFlags) wrap(do recordsFunc, write bool) func(*cobra.Command, []s
 // on the database file: read-only unless write, and never a new, empty
 // file where the database is missing.
 func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, func(), error) {
-	if f.configPath != "" {
-		cfg, err := config.Load(f.configPath)
-		if err != nil {
-			return nil, nil, err
-		}
-		e := cfg.EnsureSecretPulledImages
-		if !cmd.Flags().Changed("admin-socket") {
-			f.adminSocket = e.AdminSocket
-		}
-		if !cmd.Flags().Changed("database") {
-			f.database = e.DatabasePath
-		}
-		if !cmd.Flags().Changed("runtime-endpoint") {
-			f.runtime = cfg.RuntimeEndpoint
-		}
-		if !cmd.Flags().Changed("policy") {
-			f.policy = e.ImagePullCredentialsVerificationPolicy
-		}
+	if err := f.loadConfig(cmd); err != nil {
+		return nil, nil, err
 	}
 	if c, err := admin.Dial(f.adminSocket); err == nil {
 		return c, func() {}, nil
@@ -266,6 +353,32 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 			c()
 		}
 	}, nil
+}
+
+// loadConfig takes the paths and policy from --config, where the flags do
+// not say otherwise.
+func (f *recordsFlags) loadConfig(cmd *cobra.Command) error {
+	if f.configPath == "" {
+		return nil
+	}
+	cfg, err := config.Load(f.configPath)
+	if err != nil {
+		return err
+	}
+	e := cfg.EnsureSecretPulledImages
+	if !cmd.Flags().Changed("admin-socket") {
+		f.adminSocket = e.AdminSocket
+	}
+	if !cmd.Flags().Changed("database") {
+		f.database = e.DatabasePath
+	}
+	if !cmd.Flags().Changed("runtime-endpoint") {
+		f.runtime = cfg.RuntimeEndpoint
+	}
+	if !cmd.Flags().Changed("policy") {
+		f.policy = e.ImagePullCredentialsVerificationPolicy
+	}
+	return nil
 }
 
 func printRecords(out io.Writer, ex *admin.Export) {

@@ -59,6 +59,8 @@ type Node struct {
 	Version string // the kubelet's, e.g. v1.31.4
 
 	kube     *Kube
+	opts     KubeletOptions
+	cfgPath  string
 	argv     []string
 	kubelet  *rig.Proc
 	sysctls  map[string]string // their values before the kubelet
@@ -103,7 +105,8 @@ func StartNode(r *rig.Rig, k *Kube, opts KubeletOptions) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "kubelet-config.yaml")
+	n.opts, n.cfgPath = opts, filepath.Join(dir, "kubelet-config.yaml")
+	cfgPath := n.cfgPath
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, err
 	}
@@ -134,9 +137,33 @@ func (n *Node) start() error {
 // Restart restarts the kubelet with the same flags and state: its pods go
 // on running.
 func (n *Node) Restart() error {
-	n.kubelet.Stop(30 * time.Second)
+	n.Pause()
+	return n.Resume("")
+}
+
+// Pause stops the kubelet process alone: its pods go on running, its
+// state stays, and the Node is left as it is until Resume.
+func (n *Node) Pause() { n.kubelet.Stop(30 * time.Second) }
+
+// Resume starts the paused kubelet again, on endpoint as its runtime and
+// image endpoint unless endpoint is "", and waits until its Node is Ready.
+func (n *Node) Resume(endpoint string) error {
+	if endpoint != "" {
+		n.opts.CRIEndpoint = endpoint
+		cfg, err := n.kubeletConfig(n.opts)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(n.cfgPath, cfg, 0o644); err != nil {
+			return err
+		}
+	}
 	return n.start()
 }
+
+// RootDir is the kubelet's --root-dir (its KEP-2535 records are under
+// image_manager).
+func (n *Node) RootDir() string { return filepath.Join(n.Dir, "root") }
 
 // ready is nil when the Node's Ready condition is True.
 func (n *Node) ready(ctx context.Context) error {

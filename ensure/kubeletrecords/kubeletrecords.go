@@ -1,0 +1,370 @@
+package kubeletrecords
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletconfigv1alpha1 "k8s.io/kubelet/config/v1alpha1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+)
+
+// The kubelet's directory names under <root>/image_manager.
+const (
+	PulledDir  = "pulled"
+	PullingDir = "pulling"
+)
+
+// Record is the kubelet's ImagePulledRecord, as the proxy stores it too.
+type Record = kubeletconfigv1beta1.ImagePulledRecord
+
+// FileName is the kubelet's file name for key: sha256-<hex sha256(key)>.
+func FileName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sha256-" + hex.EncodeToString(sum[:])
+}
+
+// WriteReport says what Write carried and what it could not.
+type WriteReport struct {
+	Records, Intents int
+	// SecretsByCoordinates were written with their coordinates and no hash.
+	SecretsByCoordinates int
+	// HashOnlySecrets were known to the proxy by their salted hash alone,
+	// and not written: their pods verify again under the kubelet.
+	HashOnlySecrets int
+}
+
+// Write writes recs and the intents' images into dir in the kubelet's
+// layout, each file through a synced temporary file and a rename; a record
+// the kubelet already has there is merged with (Merge), and one that does
+// not decode is an error, not overwritten. It does not change recs.
+func Write(dir string, recs []*Record, intents []string) (WriteReport, error) {
+	var rep WriteReport
+	for _, sub := range []string{PulledDir, PullingDir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return rep, err
+		}
+	}
+	for _, r := range recs {
+		out := forKubelet(r, &rep)
+		path := filepath.Join(dir, PulledDir, FileName(r.ImageRef))
+		// A record the kubelet already has is merged, not replaced: its
+		// own entries, hashes included, stay.
+		if data, err := os.ReadFile(path); err == nil {
+			have, err := DecodeRecord(data)
+			if err != nil {
+				return rep, fmt.Errorf("%s: %w (not overwritten)", path, err)
+			}
+			if have.ImageRef != r.ImageRef {
+				return rep, fmt.Errorf("%s: holds image %q (not overwritten)", path, have.ImageRef)
+			}
+			Merge(have, out)
+			out = have
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return rep, err
+		}
+		if err := writeJSON(path, out); err != nil {
+			return rep, err
+		}
+		rep.Records++
+	}
+	for _, image := range intents {
+		in := &kubeletconfigv1beta1.ImagePullIntent{Image: image}
+		in.APIVersion, in.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "ImagePullIntent"
+		if err := writeJSON(filepath.Join(dir, PullingDir, FileName(image)), in); err != nil {
+			return rep, err
+		}
+		rep.Intents++
+	}
+	return rep, syncDir(dir)
+}
+
+// Merge adds src's credentials to dst's (the same image): every
+// repository of either, the union of their secrets (one per coordinates,
+// dst's entry kept, hash and all; hash-only ones by hash) and service
+// accounts, either's nodePodsAccessible, and the later update time.
+func Merge(dst, src *Record) {
+	if dst.CredentialMapping == nil {
+		dst.CredentialMapping = map[string]kubeletconfigv1beta1.ImagePullCredentials{}
+	}
+	for repo, c := range src.CredentialMapping {
+		d := dst.CredentialMapping[repo]
+		d.NodePodsAccessible = d.NodePodsAccessible || c.NodePodsAccessible
+		for _, s := range c.KubernetesSecrets {
+			if !slices.ContainsFunc(d.KubernetesSecrets, func(have kubeletconfigv1beta1.ImagePullSecret) bool { return sameSecret(have, s) }) {
+				d.KubernetesSecrets = append(d.KubernetesSecrets, s)
+			}
+		}
+		for _, sa := range c.KubernetesServiceAccounts {
+			if !slices.Contains(d.KubernetesServiceAccounts, sa) {
+				d.KubernetesServiceAccounts = append(d.KubernetesServiceAccounts, sa)
+			}
+		}
+		dst.CredentialMapping[repo] = d
+	}
+	if src.LastUpdatedTime.After(dst.LastUpdatedTime.Time) {
+		dst.LastUpdatedTime = src.LastUpdatedTime
+	}
+}
+
+func sameSecret(a, b kubeletconfigv1beta1.ImagePullSecret) bool {
+	if a.UID != "" || b.UID != "" {
+		return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name
+	}
+	return a.CredentialHash == b.CredentialHash
+}
+
+// forKubelet is r as the kubelet may read it: secrets by their coordinates
+// with no hash, hash-only secrets left out.
+func forKubelet(r *Record, rep *WriteReport) *Record {
+	out := &Record{LastUpdatedTime: r.LastUpdatedTime, ImageRef: r.ImageRef, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
+	out.APIVersion, out.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "ImagePulledRecord"
+	for repo, c := range r.CredentialMapping {
+		k := kubeletconfigv1beta1.ImagePullCredentials{NodePodsAccessible: c.NodePodsAccessible,
+			KubernetesServiceAccounts: append([]kubeletconfigv1beta1.ImagePullServiceAccount(nil), c.KubernetesServiceAccounts...)}
+		for _, s := range c.KubernetesSecrets {
+			if s.UID == "" || s.Namespace == "" || s.Name == "" {
+				rep.HashOnlySecrets++
+				continue
+			}
+			k.KubernetesSecrets = append(k.KubernetesSecrets, kubeletconfigv1beta1.ImagePullSecret{UID: s.UID, Namespace: s.Namespace, Name: s.Name})
+			rep.SecretsByCoordinates++
+		}
+		out.CredentialMapping[repo] = k
+	}
+	return out
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func syncDir(dir string) error {
+	for _, d := range []string{filepath.Join(dir, PulledDir), filepath.Join(dir, PullingDir)} {
+		f, err := os.Open(d)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadReport says what Read found and what it could not carry.
+type ReadReport struct {
+	Records, Intents int
+	// SecretsNotCarried are the kubelet's secret entries, left out: their
+	// hashes cannot be carried, and their pods verify again.
+	SecretsNotCarried int
+	// Skipped are files the kubelet skips too (*.tmp, other names).
+	Skipped int
+}
+
+// Read reads the kubelet's records and intents under dir (its
+// image_manager directory). A missing pulled or pulling directory is
+// empty; a file that cannot be decoded, or whose key does not hash to its
+// name, is an error naming it, and nothing is returned.
+func Read(dir string) ([]*Record, []string, ReadReport, error) {
+	var rep ReadReport
+	if _, err := os.Stat(dir); err != nil {
+		return nil, nil, rep, err
+	}
+	var recs []*Record
+	err := eachFile(filepath.Join(dir, PulledDir), &rep, func(name string, data []byte) error {
+		r, err := DecodeRecord(data)
+		if err != nil {
+			return err
+		}
+		if FileName(r.ImageRef) != name {
+			return fmt.Errorf("holds image %q, whose file would be %s", r.ImageRef, FileName(r.ImageRef))
+		}
+		for repo, c := range r.CredentialMapping {
+			rep.SecretsNotCarried += len(c.KubernetesSecrets)
+			c.KubernetesSecrets = nil
+			r.CredentialMapping[repo] = c
+		}
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, rep, err
+	}
+	var intents []string
+	err = eachFile(filepath.Join(dir, PullingDir), &rep, func(name string, data []byte) error {
+		image, err := DecodeIntent(data)
+		if err != nil {
+			return err
+		}
+		if FileName(image) != name {
+			return fmt.Errorf("holds image %q, whose file would be %s", image, FileName(image))
+		}
+		intents = append(intents, image)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, rep, err
+	}
+	rep.Records, rep.Intents = len(recs), len(intents)
+	return recs, intents, rep, nil
+}
+
+func eachFile(dir string, rep *ReadReport, f func(name string, data []byte) error) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasSuffix(name, ".tmp") || !strings.HasPrefix(name, "sha256-") {
+			rep.Skipped++
+			continue
+		}
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := f(name, data); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// versions the kubelet has written its records in; the fields of both are
+// the same.
+var versions = map[string]bool{
+	kubeletconfigv1beta1.SchemeGroupVersion.String():  true,
+	kubeletconfigv1alpha1.SchemeGroupVersion.String(): true,
+}
+
+// decodeStrict decodes data into v strictly (unknown or duplicate fields
+// are errors, as in the kubelet's codec) after checking its kind and
+// version.
+func decodeStrict(data []byte, kind string, v any) error {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(data, &tm); err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	if tm.Kind != kind || !versions[tm.APIVersion] {
+		return fmt.Errorf("is %s %q, want %s of kubelet.config.k8s.io/v1beta1 or v1alpha1", orNone(tm.Kind), tm.APIVersion, kind)
+	}
+	strict, err := kjson.UnmarshalStrict(data, v)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		return errors.Join(strict...)
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no kind"
+	}
+	return "a " + s
+}
+
+// DecodeRecord decodes one record file.
+func DecodeRecord(data []byte) (*Record, error) {
+	r := &Record{}
+	if err := decodeStrict(data, "ImagePulledRecord", r); err != nil {
+		return nil, err
+	}
+	if r.ImageRef == "" {
+		return nil, errors.New("no imageRef")
+	}
+	r.APIVersion = kubeletconfigv1beta1.SchemeGroupVersion.String()
+	return r, nil
+}
+
+// DecodeIntent decodes one intent file and returns its image.
+func DecodeIntent(data []byte) (string, error) {
+	var in kubeletconfigv1beta1.ImagePullIntent
+	if err := decodeStrict(data, "ImagePullIntent", &in); err != nil {
+		return "", err
+	}
+	if in.Image == "" {
+		return "", errors.New("no image")
+	}
+	return in.Image, nil
+}
+
+// Store is what Import writes into: the proxy's records database.
+type Store interface {
+	Get(imageRef string) (*Record, error)
+	PutRecords([]*Record) error
+	AddIntent(image string) (string, error)
+}
+
+// Import adds recs (as Read returns them) to s, merged with the records s
+// already has (Merge), in one transaction, then the intents, which the
+// daemon settles at its start as its own. It returns how many records were
+// merged with existing ones. A record of s that cannot be read is an
+// error: nothing is imported.
+func Import(s Store, recs []*Record, intents []string) (merged int, err error) {
+	out := make([]*Record, 0, len(recs))
+	for _, r := range recs {
+		have, err := s.Get(r.ImageRef)
+		switch {
+		case errors.Is(err, records.ErrNotFound):
+			out = append(out, r)
+		case err != nil:
+			return 0, fmt.Errorf("the database's record of %s: %w (nothing imported)", r.ImageRef, err)
+		default:
+			m := have.DeepCopy()
+			Merge(m, r)
+			out = append(out, m)
+			merged++
+		}
+	}
+	if err := s.PutRecords(out); err != nil {
+		return 0, err
+	}
+	for _, image := range intents {
+		if _, err := s.AddIntent(image); err != nil {
+			return merged, fmt.Errorf("intent %s: %w", image, err)
+		}
+	}
+	return merged, nil
+}
