@@ -52,7 +52,9 @@ type tokenEnv struct {
 }
 
 func (e *benchEnv) setUpToken() error {
-	k, err := kuberig.Start(e.rig, kuberig.Options{Users: []kuberig.User{{Name: tokenUser, Groups: []string{"system:nodes"}}}})
+	// The token scenario's node, and the fleet's (fleet.go).
+	users := append([]kuberig.User{{Name: tokenUser, Groups: []string{"system:nodes"}}}, fleetUsers(e.opts.fleetNodes)...)
+	k, err := kuberig.Start(e.rig, kuberig.Options{Users: users})
 	if err != nil {
 		return err
 	}
