@@ -123,6 +123,35 @@ type EnsureSecretPulledImages struct {
 	// AdminSocket serves the records API for cri-image-proxy records
 	// (mode 0600: root only). Default: /run/cri-image-proxy/admin.sock.
 	AdminSocket string `json:"adminSocket,omitempty"`
+	// MaxRecordAge, when set, is how long a verified credential is re-used
+	// before it must be verified again against the registry (the KEP's
+	// dropped recheck period): an IfNotPresent pod then pulls, a Never
+	// pod is refused until one has. Default: 0, records never expire (the
+	// kubelet's behaviour).
+	MaxRecordAge metav1.Duration `json:"maxRecordAge,omitempty"`
+	// MaxRecordAgeByRepository overrides MaxRecordAge for repositories
+	// matching a pattern (the kubelet's matchImages syntax); the first
+	// match wins.
+	MaxRecordAgeByRepository []RepositoryMaxAge `json:"maxRecordAgeByRepository,omitempty"`
+}
+
+// RepositoryMaxAge is the maximum record age of repositories matching
+// Pattern.
+type RepositoryMaxAge struct {
+	Pattern string          `json:"pattern"`
+	MaxAge  metav1.Duration `json:"maxAge"`
+}
+
+// Expiry is the record expiry e configures (nil for none).
+func (e *EnsureSecretPulledImages) Expiry() *ensure.Expiry {
+	if e.MaxRecordAge.Duration == 0 && len(e.MaxRecordAgeByRepository) == 0 {
+		return nil
+	}
+	x := &ensure.Expiry{Default: e.MaxRecordAge.Duration}
+	for _, r := range e.MaxRecordAgeByRepository {
+		x.ByRepository = append(x.ByRepository, ensure.RepositoryAge{Pattern: r.Pattern, MaxAge: r.MaxAge.Duration})
+	}
+	return x
 }
 
 // CredentialProviders configures credential injection.
@@ -383,6 +412,9 @@ func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList 
 	}
 	if e.GracePeriod.Duration < 0 {
 		errs = append(errs, field.Invalid(p.Child("gracePeriod"), e.GracePeriod.Duration.String(), "must not be negative"))
+	}
+	if x := e.Expiry(); x != nil {
+		errs = append(errs, x.Validate(p)...)
 	}
 	return errs
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -17,7 +18,11 @@ type Decider struct {
 	store RecordStore
 	// policy is swapped whole by SetPolicy (a reload); a decision reads it
 	// once.
-	policy  atomic.Pointer[policyRef]
+	policy atomic.Pointer[policyRef]
+	// expiry (optional) bounds the re-use of verified credentials; swapped
+	// whole by SetExpiry.
+	expiry  atomic.Pointer[expiryRef]
+	now     func() time.Time
 	runtime Runtime
 	// pending counts pulls in flight per repository, intents a crash left
 	// included: their images are never taken for preloaded ones.
@@ -57,6 +62,9 @@ func NewDecider(store RecordStore, policy Policy, rt Runtime) (*Decider, error) 
 func (d *Decider) init(store RecordStore, policy Policy, rt Runtime, log *slog.Logger) ([]Intent, error) {
 	d.store, d.runtime, d.log = store, rt, log
 	d.SetPolicy(policy)
+	if d.now == nil {
+		d.now = time.Now
+	}
 	d.pending, d.unrecorded = newPendingTable(), newPendingTable()
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)

@@ -42,6 +42,10 @@ type RecordStore interface {
 	Counts() (records, intents int, err error)
 	// Prune deletes the records of images not present, last updated before until.
 	Prune(present func(imageRef string) bool, until time.Time) (int, error)
+	// VerifiedAt returns when the credential named key
+	// (records.CredentialKeys) was last verified for imageRef as repo;
+	// false when no time is kept.
+	VerifiedAt(imageRef, repo, key string) (time.Time, bool, error)
 	// Restricted reports whether some record has a mapping for repo that is
 	// not accessible to every pod. It may err towards true, never towards
 	// false. It must be cheap: it runs on every ImageStatus.
@@ -112,6 +116,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}
+	g.Decider.now = g.clock.Now
 	if g.grace <= 0 {
 		g.grace = 10 * time.Minute
 	}
@@ -189,9 +194,12 @@ func (g *Decider) decideNoMetrics(imageRef, repo string) decision {
 		if g.unrecorded.has(imageRef) {
 			return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and a pull of the image could not be recorded"}
 		}
-		for _, c := range rec.CredentialMapping {
+		for r, c := range rec.CredentialMapping {
 			if !c.NodePodsAccessible {
 				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
+			}
+			if ok, why := g.fresh(imageRef, r, "node"); !ok {
+				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and " + r + " was " + why}
 			}
 		}
 		if len(rec.CredentialMapping) == 0 {
@@ -203,6 +211,9 @@ func (g *Decider) decideNoMetrics(imageRef, repo string) decision {
 	case mapping == nil:
 		return decision{true, resultMustAuth, "no verified pull as " + repo}
 	case mapping.NodePodsAccessible:
+		if ok, why := g.fresh(imageRef, repo, "node"); !ok {
+			return decision{true, resultMustAuth, repo + " was pulled anonymously or with node credentials, " + why}
+		}
 		return decision{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
 	}
 	return decision{true, resultMustAuth, repo + " was pulled with credentials"}
@@ -234,8 +245,14 @@ func (g *Decider) verified(imageRef, repo, hash string) (bool, string) {
 	}
 	switch {
 	case hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == hash }):
+		if ok, why := g.fresh(imageRef, repo, "h:"+hash); !ok {
+			return false, "the request's credential was " + why
+		}
 		return true, "the request's credential was verified for " + repo
 	case hash == "" && c.NodePodsAccessible:
+		if ok, why := g.fresh(imageRef, repo, "node"); !ok {
+			return false, repo + " was " + why
+		}
 		return true, repo + " is accessible to all pods of the node"
 	}
 	return false, "the request's credential was never verified for " + repo

@@ -45,6 +45,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 			g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", name, ref, podName(pod), why)
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
+		g.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", name, ref, podName(pod), why)
 	}
 
 	intent, err := g.store.AddIntent(name)

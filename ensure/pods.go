@@ -73,32 +73,51 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	if !ok {
 		return false, ""
 	}
+	// A match whose verification is older than the maximum record age
+	// (when one is set) entitles no more: the pod verifies again.
+	var expired string
 	if c.NodePodsAccessible {
-		return true, "accessible to all pods of the node"
+		ok, why := g.fresh(imageRef, repo, "node")
+		if ok {
+			return true, "accessible to all pods of the node"
+		}
+		expired = "the node's pull was " + why
 	}
 	if len(c.KubernetesServiceAccounts) > 0 {
 		if sa := g.podAccount(ctx, pod, repo); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
-			return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
+			ok, why := g.fresh(imageRef, repo, accountKey(*sa))
+			if ok {
+				return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
+			}
+			expired = "its service account " + sa.Namespace + "/" + sa.Name + " was " + why
 		}
 	}
 	if len(c.KubernetesSecrets) == 0 {
-		return false, ""
+		return false, expired
 	}
 	for sec := range g.pullSecrets(ctx, pod) {
 		coords := kubeletSecret{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
-		if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return records.SameSecret(s, coords) }) {
+		if i := slices.IndexFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return records.SameSecret(s, coords) }); i >= 0 {
 			// The kubelet's deliberate choice for rotated secrets: the same
 			// secret (namespace, name and UID) with new content still
 			// entitles its pods.
-			return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
+			ok, why := g.fresh(imageRef, repo, secretKeys(c.KubernetesSecrets[i])...)
+			if ok {
+				return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
+			}
+			expired = "its pull secret " + sec.Namespace + "/" + sec.Name + " was " + why
 		}
 		for _, h := range g.secretHashes(sec, repo) {
 			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
-				return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo
+				ok, why := g.fresh(imageRef, repo, "h:"+h)
+				if ok {
+					return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo
+				}
+				expired = "its pull secret " + sec.Namespace + "/" + sec.Name + " was " + why
 			}
 		}
 	}
-	return false, ""
+	return false, expired
 }
 
 // pullSecrets yields the pod's pull secrets that can be read; a deleted

@@ -56,3 +56,7 @@ func (g *Guard) RecordsAvailable() error {
 	}
 	return nil
 }
+
+func (u unavailableStore) VerifiedAt(string, string, string) (time.Time, bool, error) {
+	return time.Time{}, false, u.err()
+}

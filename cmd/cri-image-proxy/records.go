@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -30,6 +31,7 @@ type recordsFlags struct {
 	database    string
 	runtime     string
 	policy      string
+	expiry      *ensure.Expiry // from --config: the records' maximum age
 }
 
 func newRecordsCmd() *cobra.Command {
@@ -59,18 +61,7 @@ directly (and the container runtime, for explain and gc).`,
 				printRecords(out, ex)
 				return nil
 			})},
-		&cobra.Command{Use: "show IMAGE", Short: "Show the record of an image (a name or its ID), as JSON", Args: cobra.ExactArgs(1),
-			RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
-				ref, err := a.Resolve(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				r, err := a.Get(ctx, ref)
-				if err != nil {
-					return err
-				}
-				return printJSON(out, r)
-			})},
+		f.showCmd(),
 		f.explainCmd(),
 		&cobra.Command{Use: "forget IMAGE", Short: "Delete an image's record (with NeverVerifyPreloadedImages a present image then counts as preloaded)", Args: cobra.ExactArgs(1),
 			RunE: f.runWrite(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
@@ -102,6 +93,49 @@ directly (and the container runtime, for explain and gc).`,
 		f.importCmd(),
 	)
 	return cmd
+}
+
+func (f *recordsFlags) showCmd() *cobra.Command {
+	var ages bool
+	cmd := &cobra.Command{Use: "show IMAGE [--ages]", Short: "Show the record of an image (a name or its ID), as JSON; --ages: each credential's age and expiry", Args: cobra.ExactArgs(1),
+		RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
+			ref, err := a.Resolve(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if !ages {
+				r, err := a.Get(ctx, ref)
+				if err != nil {
+					return err
+				}
+				return printJSON(out, r)
+			}
+			list, err := a.Ages(ctx, ref)
+			if err != nil {
+				return err
+			}
+			printAges(out, list, time.Now())
+			return nil
+		})}
+	cmd.Flags().BoolVar(&ages, "ages", false, "list each verified credential with when it was verified, its age, the maximum record age and whether it expired")
+	return cmd
+}
+
+// printAges prints credential ages as a table.
+func printAges(out io.Writer, list []ensure.CredentialAge, now time.Time) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "REPOSITORY\tCREDENTIAL\tVERIFIED\tAGE\tMAX AGE\tEXPIRED")
+	for _, a := range list {
+		verified, age, max := "unknown (before ages were kept)", "-", "none"
+		if !a.VerifiedAt.IsZero() {
+			verified, age = a.VerifiedAt.UTC().Format(time.RFC3339), now.Sub(a.VerifiedAt).Round(time.Second).String()
+		}
+		if a.MaxAge > 0 {
+			max = a.MaxAge.String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", a.Repository, a.Credential, verified, age, max, a.Expired)
+	}
+	w.Flush()
 }
 
 func (f *recordsFlags) exportCmd() *cobra.Command {
@@ -346,6 +380,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 		if err != nil {
 			return nil, nil, err
 		}
+		core.SetExpiry(f.expiry)
 		local.Core = core
 	}
 	return local, func() {
@@ -378,6 +413,7 @@ func (f *recordsFlags) loadConfig(cmd *cobra.Command) error {
 	if !cmd.Flags().Changed("policy") {
 		f.policy = e.ImagePullCredentialsVerificationPolicy
 	}
+	f.expiry = e.Expiry()
 	return nil
 }
 

@@ -138,7 +138,8 @@ func (r *reloader) reload() error {
 	}
 	if r.guard != nil {
 		r.guard.SetPolicy(policy)
-		attrs = append(attrs, "policy", policy.Name())
+		r.guard.SetExpiry(cfg.EnsureSecretPulledImages.Expiry())
+		attrs = append(attrs, "policy", policy.Name(), "maxRecordAge", cfg.EnsureSecretPulledImages.MaxRecordAge.Duration)
 	}
 	r.applied(cfg)
 	r.log.Info("configuration reloaded", append(attrs, "hash", r.hash(cfg))...)
@@ -147,7 +148,7 @@ func (r *reloader) reload() error {
 
 // restartOnly names what differs between the configurations outside what
 // a reload applies: the credential provider configuration and plugins'
-// directory, and the ensure policy and its allowlist.
+// directory, and the ensure policy, its allowlist and the record expiry.
 func restartOnly(old, next *config.ProxyConfiguration) []string {
 	strip := func(c *config.ProxyConfiguration) map[string]any {
 		var m map[string]any
@@ -160,6 +161,8 @@ func restartOnly(old, next *config.ProxyConfiguration) []string {
 		if e, ok := m["ensureSecretPulledImages"].(map[string]any); ok {
 			delete(e, "imagePullCredentialsVerificationPolicy")
 			delete(e, "preloadedImagesVerificationAllowlist")
+			delete(e, "maxRecordAge")
+			delete(e, "maxRecordAgeByRepository")
 		}
 		return m
 	}

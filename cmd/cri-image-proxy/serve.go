@@ -243,7 +243,7 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration, reload func() (*
 			adminListener = l
 			adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Core: guard, Daemon: guard}), ReadHeaderTimeout: 10 * time.Second}
 		}
-		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
+		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "maxRecordAge", e.MaxRecordAge.Duration, "maxRecordAgeByRepository", len(e.MaxRecordAgeByRepository), "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
 	}
 	reloader, err := newReloader(reload, cfg, injector, guard, log, reg)
 	if err != nil {
@@ -454,6 +454,9 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 			"Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages); see docs/operations.md",
 			"database", e.DatabasePath, "err", err)
 		guard, gerr := ensure.NewGuard(ensure.UnavailableStore(err), policy, rt, opts)
+		if gerr == nil {
+			guard.SetExpiry(e.Expiry())
+		}
 		return guard, nil, nil, gerr
 	}
 	guard, err := ensure.NewGuard(store, policy, rt, opts)
@@ -461,6 +464,7 @@ func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *c
 		store.Close()
 		return nil, nil, nil, err
 	}
+	guard.SetExpiry(e.Expiry())
 	settle := func() error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

@@ -54,6 +54,9 @@ type GCResult struct {
 type Service interface {
 	List(ctx context.Context) (*Export, error)
 	Get(ctx context.Context, imageRef string) (*ensure.Record, error)
+	// Ages lists the verified credentials of imageRef's record with their
+	// ages and, under the daemon's maximum record age, whether they expired.
+	Ages(ctx context.Context, imageRef string) ([]ensure.CredentialAge, error)
 	Forget(ctx context.Context, imageRef string) (bool, error)
 	RevokeImage(ctx context.Context, imageRef string) (RevokeResult, error)
 	RevokeServiceAccount(ctx context.Context, namespace, name string) (RevokeResult, error)
@@ -113,6 +116,18 @@ func (l *Local) List(context.Context) (*Export, error) {
 }
 
 func (l *Local) Get(_ context.Context, ref string) (*ensure.Record, error) { return l.Store.Get(ref) }
+
+func (l *Local) Ages(_ context.Context, ref string) ([]ensure.CredentialAge, error) {
+	rec, err := l.Store.Get(ref)
+	if err != nil {
+		return nil, err
+	}
+	var expiry *ensure.Expiry
+	if e, ok := l.Core.(interface{ Expiry() *ensure.Expiry }); ok {
+		expiry = e.Expiry()
+	}
+	return ensure.CredentialAges(l.Store, rec, expiry, time.Now())
+}
 
 func (l *Local) Forget(_ context.Context, ref string) (bool, error) {
 	ok, err := l.Store.Forget(ref)
@@ -205,6 +220,10 @@ func NewHandler(a Service) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/records/{ref}", func(w http.ResponseWriter, r *http.Request) {
 		v, err := a.Get(r.Context(), r.PathValue("ref"))
+		reply(w, v, err)
+	})
+	mux.HandleFunc("GET /v1/ages/{ref}", func(w http.ResponseWriter, r *http.Request) {
+		v, err := a.Ages(r.Context(), r.PathValue("ref"))
 		reply(w, v, err)
 	})
 	mux.HandleFunc("DELETE /v1/records/{ref}", func(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +319,11 @@ func (c *Client) List(ctx context.Context) (*Export, error) {
 func (c *Client) Get(ctx context.Context, ref string) (*ensure.Record, error) {
 	var v ensure.Record
 	return &v, c.do(ctx, "GET", "/v1/records/"+url.PathEscape(ref), nil, &v)
+}
+
+func (c *Client) Ages(ctx context.Context, ref string) ([]ensure.CredentialAge, error) {
+	var v []ensure.CredentialAge
+	return v, c.do(ctx, "GET", "/v1/ages/"+url.PathEscape(ref), nil, &v)
 }
 
 func (c *Client) Forget(ctx context.Context, ref string) (bool, error) {

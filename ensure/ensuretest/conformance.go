@@ -162,6 +162,33 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		}
 	})
 
+	t.Run("each credential's verification time is kept per image and repository, refreshed, and gone with the record", func(t *testing.T) {
+		s := newStore(t)
+		secret := ensure.Credential{Hash: s.HashAuth(alice), Secret: &records.SecretRef{Namespace: "ns", Name: "regcred", UID: "s-uid"}}
+		s.RecordPull(RefA, "r.test/app", secret, "", t0)
+		s.RecordPull(RefA, "r.test/app", ensure.Credential{ServiceAccount: sa}, "", t0.Add(time.Minute))
+		s.RecordPull(RefA, "r.test/app", secret, "", t0.Add(time.Hour))
+		for key, want := range map[string]time.Time{
+			"h:" + s.HashAuth(alice): t0.Add(time.Hour),
+			"s:s-uid":                t0.Add(time.Hour),
+			"sa:" + sa.UID + "/" + sa.Namespace + "/" + sa.Name: t0.Add(time.Minute),
+		} {
+			if got, ok, err := s.VerifiedAt(RefA, "r.test/app", key); err != nil || !ok || !got.Equal(want) {
+				t.Errorf("VerifiedAt(%s) = %v, %v, %v; want %v", key, got, ok, err, want)
+			}
+		}
+		if _, ok, _ := s.VerifiedAt(RefA, "r.test/other", "h:"+s.HashAuth(alice)); ok {
+			t.Errorf("a time for a repository the credential was not verified for")
+		}
+		if _, ok, _ := s.VerifiedAt(RefB, "r.test/app", "h:"+s.HashAuth(alice)); ok {
+			t.Errorf("a time for an image the credential was not verified for")
+		}
+		s.Forget(RefA)
+		if _, ok, _ := s.VerifiedAt(RefA, "r.test/app", "s:s-uid"); ok {
+			t.Errorf("a time outlived its record")
+		}
+	})
+
 	t.Run("forget deletes a record and says whether there was one", func(t *testing.T) {
 		s := newStore(t)
 		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,10 +21,11 @@ import (
 // MemoryStore is an in-memory ensure.RecordStore for tests of what uses
 // one. It keeps nothing across processes. It is safe for concurrent use.
 type MemoryStore struct {
-	mu      sync.Mutex
-	records map[string]*ensure.Record
-	intents map[string]string
-	next    int
+	mu       sync.Mutex
+	records  map[string]*ensure.Record
+	verified map[string]time.Time // image ID, repository, credential key
+	intents  map[string]string
+	next     int
 	// Fail, when set, makes every call fail with it.
 	Fail error
 	// FailWrites, when set, makes RecordPull fail with it: the record
@@ -35,7 +37,7 @@ var _ ensure.RecordStore = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{records: map[string]*ensure.Record{}, intents: map[string]string{}}
+	return &MemoryStore{records: map[string]*ensure.Record{}, verified: map[string]time.Time{}, intents: map[string]string{}}
 }
 
 func (m *MemoryStore) Get(ref string) (*ensure.Record, error) {
@@ -128,8 +130,30 @@ func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, inten
 	}
 	records.MergeCredential(r, repo, cred)
 	r.LastUpdatedTime = metav1.NewTime(now)
+	for _, k := range records.CredentialKeys(cred) {
+		m.verified[ref+"\x00"+repo+"\x00"+k] = now
+	}
 	delete(m.intents, intentID)
 	return nil
+}
+
+func (m *MemoryStore) VerifiedAt(ref, repo, key string) (time.Time, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return time.Time{}, false, m.Fail
+	}
+	t, ok := m.verified[ref+"\x00"+repo+"\x00"+key]
+	return t, ok, nil
+}
+
+// forgetVerified drops ref's verification times; m.mu is held.
+func (m *MemoryStore) forgetVerified(ref string) {
+	for k := range m.verified {
+		if strings.HasPrefix(k, ref+"\x00") {
+			delete(m.verified, k)
+		}
+	}
 }
 
 func (m *MemoryStore) Forget(ref string) (bool, error) {
@@ -140,6 +164,7 @@ func (m *MemoryStore) Forget(ref string) (bool, error) {
 	}
 	_, ok := m.records[ref]
 	delete(m.records, ref)
+	m.forgetVerified(ref)
 	return ok, nil
 }
 
@@ -162,6 +187,7 @@ func (m *MemoryStore) Prune(present func(string) bool, until time.Time) (int, er
 	for ref, r := range m.records {
 		if !present(ref) && r.LastUpdatedTime.Time.Before(until) {
 			delete(m.records, ref)
+			m.forgetVerified(ref)
 			n++
 		}
 	}

@@ -168,6 +168,33 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "version 3 adds an empty bucket of verification times: credentials verified before have none",
+		init: func(tx *bolt.Tx) error {
+			if err := tx.Bucket(bucketSchema).DeleteBucket(bucketVerified); err != nil {
+				return err
+			}
+			r := &Record{ImageRef: "sha256:" + strings.Repeat("c", 64), LastUpdatedTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			return putRecord(tx, []byte(r.ImageRef), data, r.LastUpdatedTime.Time)
+		},
+		check: func(tx *bolt.Tx) error {
+			vb := verifiedBucket(tx)
+			if vb == nil {
+				return fmt.Errorf("no verified bucket")
+			}
+			if k, _ := vb.Cursor().First(); k != nil {
+				return fmt.Errorf("the verified bucket is not empty: %q", k)
+			}
+			if recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("c", 64))) == nil {
+				return fmt.Errorf("the record is gone")
+			}
+			return nil
+		},
+	},
 }
 
 func TestMigrations(t *testing.T) {

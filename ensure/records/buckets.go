@@ -11,12 +11,13 @@ import (
 
 // Bucket and key names; see the tree in doc.go.
 var (
-	bucketSchema  = []byte("v1")      // everything of schema v1
-	bucketMeta    = []byte("meta")    // version, salt
-	bucketRecords = []byte("records") // image ID -> ImagePulledRecord
-	bucketIntents = []byte("intents") // intent ID -> ImagePullIntent
-	bucketRepos   = []byte("repos")   // repository -> how many records restrict it
-	bucketUpdated = []byte("updated") // compact image ID -> when its record last changed (version 2)
+	bucketSchema   = []byte("v1")       // everything of schema v1
+	bucketMeta     = []byte("meta")     // version, salt
+	bucketRecords  = []byte("records")  // image ID -> ImagePulledRecord
+	bucketIntents  = []byte("intents")  // intent ID -> ImagePullIntent
+	bucketRepos    = []byte("repos")    // repository -> how many records restrict it
+	bucketUpdated  = []byte("updated")  // compact image ID -> when its record last changed (version 2)
+	bucketVerified = []byte("verified") // image ID, repository, credential -> when it was last verified (version 3)
 
 	keyVersion      = []byte("version")
 	keySalt         = []byte("salt")
@@ -56,6 +57,35 @@ func intentsBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, b
 func metaBucket(tx *bolt.Tx) *bolt.Bucket    { return bucket(tx, bucketSchema, bucketMeta) }
 func reposBucket(tx *bolt.Tx) *bolt.Bucket   { return bucket(tx, bucketSchema, bucketRepos) }
 func updatedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketUpdated) }
+
+// verifiedBucket may be nil in a read-only open of a version 2 file.
+func verifiedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketVerified) }
+
+// verifiedKey is where the time a credential was last verified for
+// imageRef as repo is kept: the three joined by NUL, which none contains.
+func verifiedKey(imageRef, repo, credential string) []byte {
+	return []byte(imageRef + "\x00" + repo + "\x00" + credential)
+}
+
+// delVerified deletes the verification times of imageRef's credentials.
+func delVerified(tx *bolt.Tx, imageRef []byte) error {
+	vb := verifiedBucket(tx)
+	if vb == nil {
+		return nil
+	}
+	prefix := append(bytes.Clone(imageRef), 0)
+	var doomed [][]byte
+	c := vb.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		doomed = append(doomed, bytes.Clone(k))
+	}
+	for _, k := range doomed {
+		if err := vb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // count returns a counter of the meta bucket.
 func count(tx *bolt.Tx, key []byte) int {
@@ -102,6 +132,9 @@ func putRecord(tx *bolt.Tx, imageRef, data []byte, updated time.Time) error {
 func delRecord(tx *bolt.Tx, imageRef []byte) (bool, error) {
 	found, err := del(tx, recordsBucket(tx), keyRecordsCount, imageRef)
 	if err != nil {
+		return false, err
+	}
+	if err := delVerified(tx, imageRef); err != nil {
 		return false, err
 	}
 	return found, updatedBucket(tx).Delete(indexKey(imageRef))

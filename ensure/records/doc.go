@@ -36,10 +36,17 @@
 //	│   └── *repository* : <uvarint>   records with a mapping for it that is
 //	│                                  not node-wide ("restricted"); kept
 //	│                                  with each write, loaded at open
-//	└── updated                          (version 2)
-//	    └── *image ID* : <8 bytes>       when its record last changed, Unix
-//	                                     nanoseconds big-endian; kept with
-//	                                     each write of a record
+//	├── updated                          (version 2)
+//	│   └── *image ID* : <8 bytes>       when its record last changed, Unix
+//	│                                    nanoseconds big-endian; kept with
+//	│                                    each write of a record
+//	└── verified                         (version 3)
+//	    └── *image ID*\0*repository*\0*credential* : <8 bytes>
+//	                                     when the credential (CredentialKeys:
+//	                                     h:HASH, s:SECRET-UID, sa:UID/NS/NAME,
+//	                                     node) was last verified for the image
+//	                                     as the repository; written with the
+//	                                     record, deleted with it
 //
 // The repos index lets ImageStatus of a repository no record restricts
 // pass without decoding (the common case: public and node-wide images),

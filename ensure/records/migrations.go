@@ -23,6 +23,16 @@ type migration struct {
 // TestMigrations).
 var migrations = []migration{
 	{version: 2, migrate: indexUpdateTimes},
+	{version: 3, migrate: addVerified},
+}
+
+// addVerified (version 3) adds the bucket of each credential's last
+// verification, for records that expire (maxRecordAge). It starts empty:
+// a credential verified before has no time, and where records expire it
+// is verified again (on any doubt, verify).
+func addVerified(tx *bolt.Tx) error {
+	_, err := createBucket(tx, bucketSchema, bucketVerified)
+	return err
 }
 
 // indexUpdateTimes (version 2) fills the updated bucket from the records,
@@ -51,7 +61,7 @@ func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) e
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated} {
+	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified} {
 		if _, err := createBucket(tx, bucketSchema, b); err != nil {
 			return err
 		}

@@ -317,6 +317,13 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 		if err := putRecord(tx, []byte(imageRef), data, now); err != nil {
 			return nil, err
 		}
+		if vb := verifiedBucket(tx); vb != nil {
+			for _, k := range CredentialKeys(cred) {
+				if err := vb.Put(verifiedKey(imageRef, repo, k), encodeTime(now)); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if intentID != "" {
 			if _, err := del(tx, intentsBucket(tx), keyIntentsCount, []byte(intentID)); err != nil {
 				return nil, err
@@ -324,6 +331,44 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 		}
 		return []string{imageRef}, nil
 	})
+}
+
+// CredentialKeys name a credential in the verification times (VerifiedAt):
+// "node" for the node itself, "sa:UID/NAMESPACE/NAME" for a service
+// account, "h:HASH" for a credential's salted hash and, when its secret is
+// known, "s:UID" for the secret (a rotated secret is matched by it).
+func CredentialKeys(cred Credential) []string {
+	switch {
+	case cred.Node:
+		return []string{"node"}
+	case cred.ServiceAccount != nil:
+		sa := cred.ServiceAccount
+		return []string{"sa:" + sa.UID + "/" + sa.Namespace + "/" + sa.Name}
+	case cred.Hash != "":
+		keys := []string{"h:" + cred.Hash}
+		if cred.Secret != nil && cred.Secret.UID != "" {
+			keys = append(keys, "s:"+cred.Secret.UID)
+		}
+		return keys
+	}
+	return nil
+}
+
+// VerifiedAt returns when the credential named key (CredentialKeys) was
+// last verified for imageRef as repo; false when no time is kept (a
+// credential verified before version 3, or never).
+func (s *Store) VerifiedAt(imageRef, repo, key string) (time.Time, bool, error) {
+	var t time.Time
+	var ok bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if vb := verifiedBucket(tx); vb != nil {
+			if v := vb.Get(verifiedKey(imageRef, repo, key)); v != nil {
+				t, ok = decodeTime(v), true
+			}
+		}
+		return nil
+	})
+	return t, ok, err
 }
 
 // MergeCredential merges cred into r's mapping for repo, as the kubelet
