@@ -99,11 +99,7 @@ func (d *Decider) fresh(imageRef, repo string, keys ...string) (ok bool, why str
 
 // secretKeys are the keys of a record's secret entry.
 func secretKeys(s kubeletSecret) []string {
-	keys := records.CredentialKeys(Credential{Hash: s.CredentialHash, Secret: &records.SecretRef{UID: s.UID, Namespace: s.Namespace, Name: s.Name}})
-	if s.CredentialHash == "" && s.UID != "" {
-		keys = []string{"s:" + s.UID}
-	}
-	return keys
+	return records.CredentialKeys(Credential{Hash: s.CredentialHash, Secret: &records.SecretRef{UID: s.UID, Namespace: s.Namespace, Name: s.Name}})
 }
 
 // accountKey is a service account's key.

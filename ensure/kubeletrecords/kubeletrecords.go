@@ -120,7 +120,7 @@ func Merge(dst, src *Record) {
 
 func sameSecret(a, b kubeletconfigv1beta1.ImagePullSecret) bool {
 	if a.UID != "" || b.UID != "" {
-		return a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name
+		return records.SameSecret(a, b)
 	}
 	return a.CredentialHash == b.CredentialHash
 }

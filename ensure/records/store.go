@@ -344,14 +344,15 @@ func CredentialKeys(cred Credential) []string {
 	case cred.ServiceAccount != nil:
 		sa := cred.ServiceAccount
 		return []string{"sa:" + sa.UID + "/" + sa.Namespace + "/" + sa.Name}
-	case cred.Hash != "":
-		keys := []string{"h:" + cred.Hash}
-		if cred.Secret != nil && cred.Secret.UID != "" {
-			keys = append(keys, "s:"+cred.Secret.UID)
-		}
-		return keys
 	}
-	return nil
+	var keys []string
+	if cred.Hash != "" {
+		keys = append(keys, "h:"+cred.Hash)
+	}
+	if cred.Secret != nil && cred.Secret.UID != "" {
+		keys = append(keys, "s:"+cred.Secret.UID)
+	}
+	return keys
 }
 
 // VerifiedAt returns when the credential named key (CredentialKeys) was
