@@ -87,7 +87,7 @@ func (g *Guard) admit(ctx context.Context, pod *runtimeapi.PodSandboxMetadata, u
 		// CreateContainer refuses with its own error.
 		return nil
 	}
-	d := g.decide(ref, repo)
+	d := g.countedDecide(ref, repo)
 	if !d.verify || g.grants.has(pod.GetUid(), ref) {
 		g.logDecision(ctx, "CreateContainer: allowed ("+use.field+")", shown, ref, podName(pod), d.rule)
 		return nil

@@ -26,7 +26,7 @@ func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequ
 	if !ok || !g.listedAs(repo, resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
 		return resp, nil // a lookup by ID: answered as the runtime answers, CreateContainer decides
 	}
-	d := g.decide(resp.Image.Id, repo)
+	d := g.countedDecide(resp.Image.Id, repo)
 	if !d.verify {
 		return resp, nil
 	}

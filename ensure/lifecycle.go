@@ -189,26 +189,3 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
-
-// PruneRecords drops the records of images the runtime no longer lists,
-// last updated before until: the records part of GC, for a records gc run
-// with no daemon (the daemon settles the intents on disk at its start).
-func (g *Decider) PruneRecords(ctx context.Context, until time.Time) (int, error) {
-	images, err := g.runtime.Images(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("gc: list images: %w", err)
-	}
-	return g.prune(images, until)
-}
-
-func (g *Decider) prune(images []Image, until time.Time) (int, error) {
-	present := make(map[string]bool, len(images))
-	for _, img := range images {
-		present[img.ID] = true
-	}
-	n, err := g.store.Prune(func(ref string) bool { return present[ref] }, until)
-	if err != nil {
-		return 0, fmt.Errorf("gc: %w", err)
-	}
-	return n, nil
-}
