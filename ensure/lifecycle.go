@@ -189,3 +189,24 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// Remove has the runtime remove an image (remove) and then drops its
+// record and grants, unless the runtime still has it under some name.
+func (g *Guard) Remove(ctx context.Context, q ImageQuery, remove func(context.Context) error) error {
+	ref, _, _ := g.resolve(ctx, q)
+	if err := remove(ctx); err != nil || ref == "" {
+		return err
+	}
+	// containerd removes the image with every name it has; if some name
+	// is left (another runtime), the record must stay. A pull of the image
+	// finishing meanwhile records after the forget (refLocks).
+	unlock := g.refs.lock(ref)
+	defer unlock()
+	if _, present, err := g.runtime.Image(ctx, ImageQuery{Name: ref}); err == nil && !present {
+		if _, err := g.store.Forget(ref); err != nil {
+			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", err)
+		}
+		g.grants.dropImage(ref)
+	}
+	return nil
+}
