@@ -26,9 +26,12 @@ type Decider struct {
 	policy atomic.Pointer[policyRef]
 	// expiry (optional) bounds the re-use of verified credentials; swapped
 	// whole by SetExpiry.
-	expiry  atomic.Pointer[expiryRef]
-	now     func() time.Time
-	runtime Runtime
+	expiry atomic.Pointer[expiryRef]
+	now    func() time.Time
+	// futureLogged says a verification time in the future was reported:
+	// once is enough to send the operator to the clock.
+	futureLogged atomic.Bool
+	runtime      Runtime
 	// pending counts pulls in flight per repository, intents a crash left
 	// included: their images are never taken for preloaded ones.
 	pending *pendingTable
@@ -201,9 +204,17 @@ func (d *Decider) verified(imageRef, repo, hash string) (bool, string) {
 }
 
 // repoMayNeedVerification reports, from memory only, whether an image
-// listed as repo may need verification: it errs towards true.
+// listed as repo may need verification: it errs towards true. Where a
+// maximum record age applies to repo, any record of it may have expired,
+// a node-wide one included (the restricted index does not count those):
+// the call is decided, so that ImageStatus hides what CreateContainer
+// would refuse.
 func (d *Decider) repoMayNeedVerification(repo string) bool {
-	return d.Policy().MayNeedVerification(repo, d)
+	policy := d.Policy()
+	if policy.MayNeedVerification(repo, d) {
+		return true
+	}
+	return d.Expiry().MaxAge(repo) > 0 && policy.VerificationRequired(repo, true)
 }
 
 func (d *Decider) pullInFlight(repo string) bool { return d.pending.has(repo) }
