@@ -125,6 +125,14 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 		return false, expired
 	}
 	for sec := range g.pullSecrets(ctx, pod) {
+		hashes := g.secretHashes(sec, repo)
+		if len(hashes) == 0 {
+			// As the kubelet's keyring, which looks the secret's credentials
+			// up for the image's registry before it matches coordinates: a
+			// secret that no longer holds one entitles nobody, whatever its
+			// coordinates.
+			continue
+		}
 		coords := kubeletSecret{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
 		if i := slices.IndexFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return records.SameSecret(s, coords) }); i >= 0 {
 			// The kubelet's deliberate choice for rotated secrets: the same
@@ -136,7 +144,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 			}
 			expired = "its pull secret " + sec.Namespace + "/" + sec.Name + " was " + why
 		}
-		for _, h := range g.secretHashes(sec, repo) {
+		for _, h := range hashes {
 			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
 				ok, why := g.fresh(imageRef, repo, "h:"+h)
 				if ok {
