@@ -43,7 +43,8 @@ func (g *Guard) Admit(ctx context.Context, pod Pod, uses []ImageUse) error {
 // used, an error the client sees otherwise.
 func (g *Guard) admitOne(ctx context.Context, pod Pod, use ImageUse) error {
 	shown := use.shown()
-	ref, repo, err := g.resolve(ctx, use.Image)
+	img, repo, err := g.resolve(ctx, use.Image)
+	ref := img.ID
 	switch {
 	case err != nil && !runtimeAnswered(err):
 		if !g.mayNeedVerification(use.Image.Name) {
@@ -68,7 +69,7 @@ func (g *Guard) admitOne(ctx context.Context, pod Pod, use ImageUse) error {
 		// CreateContainer refuses with its own error.
 		return nil
 	}
-	d := g.countedDecide(ref, repo)
+	d := g.countedDecide(ref, repo, img.Names)
 	if !d.verify || g.grants.has(pod.UID, ref) {
 		g.logDecision(ctx, "CreateContainer: allowed ("+use.Field+")", shown, ref, pod.String(), d.rule)
 		return nil

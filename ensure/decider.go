@@ -105,7 +105,7 @@ type decision struct {
 // X does not make a preloaded copy under Y need verification
 // (kubernetes/kubernetes#138175). Knowing a repository requires the runtime
 // to list the image under it; lookups by image ID never know one.
-func (d *Decider) decide(imageRef, repo string) decision {
+func (d *Decider) decide(imageRef, repo string, names []string) decision {
 	if imageRef == "" {
 		return decision{true, resultMustAuth, "no image ID"}
 	}
@@ -128,7 +128,8 @@ func (d *Decider) decide(imageRef, repo string) decision {
 			mapping = &c
 		}
 	}
-	pulled := d.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) || (rec == nil && d.unrecorded.has(imageRef))
+	pulled := d.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) ||
+		(rec == nil && (d.unrecorded.has(imageRef) || repo == "" && d.pulledAsListed(names)))
 	if !policy.VerificationRequired(repo, pulled) {
 		return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
 	}
@@ -245,19 +246,33 @@ func (d *Decider) listedAs(repo string, names ...[]string) bool {
 	return false
 }
 
-// resolve returns the image ID of q and the repository it is known under
-// ("" when it cannot be told), asking the runtime itself; "" when absent.
-func (d *Decider) resolve(ctx context.Context, q ImageQuery) (ref, repo string, err error) {
+// resolve returns the image q names, as the runtime itself answers (a
+// zero Image when absent), and the repository it is known under: "" when
+// it cannot be told (a lookup by ID, or a name the image is not listed
+// under).
+func (d *Decider) resolve(ctx context.Context, q ImageQuery) (Image, string, error) {
 	img, ok, err := d.runtime.Image(ctx, q)
 	if err != nil || !ok {
-		return "", "", err
+		return Image{}, "", err
 	}
 	for _, name := range []string{q.UserSpecified, q.Name} {
 		if r, ok := d.repository(name); ok && d.listedAs(r, img.Names) {
-			return img.ID, r, nil
+			return img, r, nil
 		}
 	}
-	return img.ID, "", nil
+	return img, "", nil
+}
+
+// pulledAsListed reports whether a pull through the proxy is in flight, or
+// its outcome unsettled, for a repository the image is listed under: an
+// image with no record found by ID is then not taken for a preloaded one.
+func (d *Decider) pulledAsListed(names []string) bool {
+	for _, n := range names {
+		if r, ok := d.repository(n); ok && d.pending.has(r) {
+			return true
+		}
+	}
+	return false
 }
 
 func describe(c Credential) string {
@@ -281,10 +296,11 @@ func (d *Decider) logDecision(ctx context.Context, what, image, imageRef, pod, r
 // ResolveImage returns the image ID of a name, as the runtime answers it;
 // an error when the image is not present.
 func (d *Decider) ResolveImage(ctx context.Context, image string) (string, error) {
-	ref, _, err := d.resolve(ctx, ImageQuery{Name: image})
+	img, _, err := d.resolve(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return "", err
 	}
+	ref := img.ID
 	if ref == "" {
 		return "", fmt.Errorf("image %s is not present", image)
 	}

@@ -71,7 +71,7 @@ func (d *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		e.Result, e.Rule = resultMustAuth, "not present"
 		return e, nil
 	}
-	dec := d.decide(e.ImageRef, e.Repository)
+	dec := d.decide(e.ImageRef, e.Repository, img.Names)
 	e.NeedsVerification, e.Result, e.Rule = dec.verify, dec.result, dec.rule
 	if podUID != "" && granted != nil {
 		e.PodGranted = granted(podUID, e.ImageRef)

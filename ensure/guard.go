@@ -92,7 +92,6 @@ type Guard struct {
 	leftoverMu    sync.Mutex
 	leftover      []Intent
 	leftoverCount atomic.Int64
-	examined      bool // a settle has compared them with the runtime's images
 }
 
 // NewGuard returns the enforcer of policy over store; rt reaches the
@@ -133,8 +132,8 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 }
 
 // countedDecide is the Decider's decide, counted in the metrics.
-func (g *Guard) countedDecide(imageRef, repo string) decision {
-	d := g.decide(imageRef, repo)
+func (g *Guard) countedDecide(imageRef, repo string, names []string) decision {
+	d := g.decide(imageRef, repo, names)
 	g.metrics.checks.WithLabelValues(d.result).Inc()
 	return d
 }

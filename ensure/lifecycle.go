@@ -36,7 +36,6 @@ func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 // settleLocked converts the leftover intents whose image is in images and
 // keeps the others. g.leftoverMu is held.
 func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
-	g.examined = true
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
 		for _, r := range img.Names {
@@ -74,22 +73,20 @@ func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
 	return converted, len(keep), nil
 }
 
-// settlePulled settles the leftover intents of image once a pull of it
-// through the proxy ended: on success its own record replaced them; on
-// failure the image is still not on the node (it was not there at the
-// last settle either), so they protect nothing. Before a first settle has
-// looked at the runtime's images (it was down at start), an intent may
-// stand for an image that is present: it stays.
+// settlePulled settles the kept intents of image once a pull of it
+// through the proxy succeeded and its record was written: the record
+// tracks what the name stands for, so the intents of earlier pulls of it
+// protect nothing more.
 func (g *Guard) settlePulled(image string) {
+	if !g.hasLeftover() {
+		return
+	}
 	name, ok := imageref.Normalized(image)
 	if !ok {
 		return
 	}
 	g.leftoverMu.Lock()
 	defer g.leftoverMu.Unlock()
-	if !g.examined {
-		return
-	}
 	keep := g.leftover[:0:0]
 	for _, in := range g.leftover {
 		if n, _ := imageref.Normalized(in.Image); n != name {
@@ -105,6 +102,16 @@ func (g *Guard) settlePulled(image string) {
 		}
 	}
 	g.setLeftover(keep)
+}
+
+// keepIntent keeps a pull's intent whose outcome is not known: like those
+// a crash left, it counts as a pull in flight of repo until a GC run (or
+// the next start) finds what its image is, or a later pull of it settles.
+func (g *Guard) keepIntent(in Intent, repo string) {
+	g.pending.inc(repo)
+	g.leftoverMu.Lock()
+	defer g.leftoverMu.Unlock()
+	g.setLeftover(append(g.leftover, in))
 }
 
 // setLeftover replaces the leftover intents; g.leftoverMu is held.
@@ -193,7 +200,8 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 // Remove has the runtime remove an image (remove) and then drops its
 // record and grants, unless the runtime still has it under some name.
 func (g *Guard) Remove(ctx context.Context, q ImageQuery, remove func(context.Context) error) error {
-	ref, _, _ := g.resolve(ctx, q)
+	img, _, _ := g.resolve(ctx, q)
+	ref := img.ID
 	if err := remove(ctx); err != nil || ref == "" {
 		return err
 	}

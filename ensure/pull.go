@@ -3,6 +3,7 @@ package ensure
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -36,8 +37,18 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 		return forward(ctx)
 	}
 	cred := Credential{Hash: g.store.HashAuth(req.Auth)}
-	if ref, ok := g.answerFromNode(ctx, req, repo, cred.Hash); ok {
-		return ref, nil
+	before, ok := g.answerFromNode(ctx, req, repo, cred.Hash)
+	if ok {
+		return before, nil
+	}
+	if before == "" {
+		// What the name stands for before the pull, so that a pull that
+		// fails can be told from one that left a new image. Unknown ("") if
+		// the runtime does not say: any image found after a failure then
+		// counts as arrived.
+		if img, present, err := g.runtime.Image(ctx, ImageQuery{Name: req.Image}); err == nil && present {
+			before = img.ID
+		}
 	}
 
 	intent, err := g.store.AddIntent(req.Image)
@@ -56,12 +67,7 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	pulled, err := forward(ctx)
 	if err != nil {
 		g.metrics.pulls.WithLabelValues("failure").Inc()
-		if derr := g.store.DropIntent(intent); derr != nil {
-			g.log.Warn("dropping a pull intent failed; it will be dropped at start", "image", req.Image, "err", derr)
-		}
-		if g.hasLeftover() {
-			g.settlePulled(req.Image)
-		}
+		g.settleFailedPull(ctx, req.Image, repo, intent, before)
 		return "", err
 	}
 	g.metrics.pulls.WithLabelValues("success").Inc()
@@ -88,27 +94,19 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	unlock := g.refs.lock(ref)
 	defer unlock()
 	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
-		// The intent stays on disk: at the next start it becomes a record
-		// with no credential. Until then, as the kubelet's intent counter
-		// does, the image counts as pulled by the proxy with no verified
-		// credential, by its repository and by its ID: never as preloaded.
-		g.pending.inc(repo)
-		g.unrecorded.inc(ref)
-		g.metrics.recordErr.Inc()
-		g.log.Error("recording a verified pull failed; the image needs verification by every other pod until a restart settles its intent",
-			"image", req.Image, "imageRef", ref, "err", err)
-	}
-	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
-	if g.hasLeftover() {
+		g.recordFailed(req.Image, repo, ref, intent, err)
+	} else {
 		g.settlePulled(req.Image)
 	}
+	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
 	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
 	return pulled, nil
 }
 
 // answerFromNode answers a pull that follows a hide when the request's
 // credential, or the pod, is already verified for the hidden image: the
-// image's ID, granted to the pod.
+// image's ID, granted to the pod. When it does not answer, it returns the
+// hidden image's ID ("" with no hide): what the name stood for before.
 func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash string) (string, bool) {
 	ref, hidden := g.hidden.peek(req.Image, g.clock.Now())
 	if !hidden {
@@ -125,7 +123,7 @@ func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash 
 	}
 	if !ok {
 		g.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", req.Image, ref, req.Pod.String(), why)
-		return "", false
+		return ref, false
 	}
 	g.hidden.take(req.Image)
 	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
@@ -147,4 +145,55 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 		return img.ID
 	}
 	return ref
+}
+
+// settleTimeout bounds the question a failed pull asks the runtime.
+const settleTimeout = 10 * time.Second
+
+// settleFailedPull tracks what a pull that failed, was cancelled or cut
+// may have left: the runtime may have finished (or half-finished) it after
+// the caller went away. It asks the runtime, with a context of the
+// proxy's own (the caller's may be gone), what the name stands for now:
+//   - a new image (not the one before the pull): recorded as pulled with
+//     no verified credential, in the intent's transaction, so every pod
+//     verifies, and never taken for a preloaded one;
+//   - nothing new: this pull's intent goes. Intents kept from earlier pulls
+//     of the image (a crash, a cut pull) stay: only a GC run, which lists
+//     the runtime's images, settles those;
+//   - no answer: the intent is kept, and its repository counts as a pull
+//     in flight, until a GC run or the next start settles it.
+func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, before string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
+	switch {
+	case err != nil:
+		g.keepIntent(Intent{ID: intent, Image: image}, repo)
+		g.log.Warn("a pull failed and the runtime cannot say what it left; its intent is kept until it can", "image", image, "err", err)
+	case present && img.ID != before:
+		unlock := g.refs.lock(img.ID)
+		defer unlock()
+		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now()); err != nil {
+			g.recordFailed(image, repo, img.ID, intent, err)
+			return
+		}
+		g.logDecision(ctx, "PullImage: failed, but the image arrived: tracked with no verified credential", image, img.ID, "", "every pod verifies")
+	default:
+		if err := g.store.DropIntent(intent); err != nil {
+			g.keepIntent(Intent{ID: intent, Image: image}, repo)
+			g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", image, "err", err)
+		}
+	}
+}
+
+// recordFailed keeps a pull's intent whose record could not be written.
+// Until a GC run (or the next start) settles it, as the kubelet's intent
+// counter does, the image counts as pulled by the proxy with no verified
+// credential, by its repository and by its ID: never as preloaded.
+func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
+	g.keepIntent(Intent{ID: intent, Image: image}, repo)
+	g.unrecorded.inc(ref)
+	g.metrics.recordErr.Inc()
+	g.log.Error("recording a pull failed; the image needs verification by every other pod until its intent is settled",
+		"image", image, "imageRef", ref, "err", err)
 }
