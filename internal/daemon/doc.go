@@ -1,0 +1,2 @@
+// Package daemon assembles and runs cri-image-proxy serve.
+package daemon
