@@ -2,31 +2,22 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
+	"slices"
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
@@ -36,7 +27,7 @@ import (
 // configuration.
 type Options struct {
 	// Reload loads the configuration again (the file with the flags) for a
-	// reload; ConfigPath is that file ("" for none).
+	// reload; ConfigPath is that file ("" for none), watched for changes.
 	Reload     func() (*config.ProxyConfiguration, error)
 	ConfigPath string
 	// Version is the binary's, for the API client's user agent; BuildInfo
@@ -45,342 +36,273 @@ type Options struct {
 	BuildInfo prometheus.Collector
 }
 
-// NewLogger returns the daemon's logger, writing to w, and sends
-// client-go's klog output through it too: one format (JSON mode is all
-// JSON), one level filter.
-func NewLogger(l config.Logging, w io.Writer) *slog.Logger {
-	level, _ := l.SlogLevel() // validated
-	opts := &slog.HandlerOptions{Level: level}
-	var log *slog.Logger
-	if l.Format == "json" {
-		log = slog.New(slog.NewJSONHandler(w, opts))
-	} else {
-		log = slog.New(slog.NewTextHandler(w, opts))
+// Run runs the daemon on cfg until ctx is cancelled (SIGTERM, SIGINT),
+// then shuts down gracefully. It returns nil after a shutdown, and an
+// error when the daemon cannot start or a server fails; either way every
+// socket, listener and file it opened is closed when it returns.
+func Run(ctx context.Context, cfg *config.ProxyConfiguration, opts Options) error {
+	// What is started with ctx (the pod informer) stops however Run returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d := &daemon{cfg: cfg, opts: opts, log: newLogger(cfg.Logging, os.Stderr), reg: prometheus.NewRegistry()}
+	defer d.closeAll()
+	if err := d.assemble(ctx); err != nil {
+		return err
 	}
-	klog.SetSlogLogger(log)
-	return log
+	return d.run(ctx)
 }
 
-// Run runs the daemon on cfg until ctx is cancelled (SIGTERM, SIGINT),
-// then shuts down gracefully.
-func Run(ctx context.Context, cfg *config.ProxyConfiguration, opts Options) error {
-	reload, configPath := opts.Reload, opts.ConfigPath
-	log := NewLogger(cfg.Logging, os.Stderr)
+// daemon is the daemon while it is assembled and run: the parts shared
+// between components, the components, and what to close at the end.
+type daemon struct {
+	cfg  *config.ProxyConfiguration
+	opts Options
+	log  *slog.Logger
+	reg  *prometheus.Registry
+
+	// activated are the sockets systemd passed; taken, those a listener
+	// took.
+	activated map[string]net.Listener
+	taken     map[string]bool
+
+	backend   *criproxy.Backend
+	identity  *podtoken.Source      // nil: no kubernetes section
+	apiConfig *rest.Config          // nil: no kubernetes section
+	injector  *credplugins.Injector // nil: no credentialProviders section
+
+	// components run under one errgroup, and are stopped in this order.
+	components []component
+	// closers close what was opened, in reverse order, when Run returns.
+	closers []func() error
+}
+
+// component is a part of the daemon that runs until it is stopped.
+type component struct {
+	// serve runs until stop is called or ctx ends. An error stops the
+	// daemon.
+	serve func(ctx context.Context) error
+	// stop stops it gracefully, within ctx (the shutdown timeout); nil
+	// when the end of serve's ctx stops it.
+	stop func(ctx context.Context)
+}
+
+// add runs c with the daemon.
+func (d *daemon) add(c component) { d.components = append(d.components, c) }
+
+// background runs f beside the servers until the daemon stops.
+func (d *daemon) background(f func(context.Context)) {
+	d.add(component{serve: func(ctx context.Context) error { f(ctx); return nil }})
+}
+
+// onExit has close called when Run returns; its error is of no use then.
+func (d *daemon) onExit(close func() error) { d.closers = append(d.closers, close) }
+
+func (d *daemon) closeAll() {
+	for _, c := range slices.Backward(d.closers) {
+		_ = c()
+	}
+}
+
+// listen listens on the unix socket path, taking the socket systemd passed
+// for it if any, and closes it when Run returns.
+func (d *daemon) listen(path string, opts unixsock.Options) (*unixsock.Listener, error) {
+	opts.Activated = d.activated
+	l, err := unixsock.Listen(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.onExit(l.Close)
+	if l.Activated {
+		d.taken[path] = true
+	}
+	return l, nil
+}
+
+// listenTCP listens on address and closes the listener when Run returns.
+func (d *daemon) listenTCP(address string) (net.Listener, error) {
+	l, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, err
+	}
+	d.onExit(l.Close)
+	return l, nil
+}
+
+// assemble builds every part of the daemon from the configuration and
+// opens its sockets; nothing serves yet.
+func (d *daemon) assemble(ctx context.Context) error {
+	cfg, log := d.cfg, d.log
 	// Sockets systemd passed (cri-image-proxy.socket), collected before any
 	// plugin runs: the call also keeps them from being inherited.
-	activated, err := unixsock.Activated()
-	if err != nil {
+	var err error
+	if d.activated, err = unixsock.Activated(); err != nil {
 		return err
 	}
-	backend, err := criproxy.Dial(cfg.RuntimeEndpoint, cfg.ImageEndpoint)
-	if err != nil {
+	d.taken = map[string]bool{}
+	for _, l := range d.activated {
+		d.onExit(l.Close)
+	}
+	if d.backend, err = criproxy.Dial(cfg.RuntimeEndpoint, cfg.ImageEndpoint); err != nil {
 		return err
 	}
-	defer backend.Close()
+	d.onExit(d.backend.Close)
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.opts.BuildInfo)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), opts.BuildInfo)
-
-	// Interceptors, outermost first.
-	var interceptors []criproxy.Interceptor
-	var background []func(context.Context)
-	var identity *podtoken.Source
-	var apiConfig *rest.Config
 	if k := cfg.Kubernetes; k != nil {
-		if identity, apiConfig, err = newIdentity(ctx, k, opts.Version, log, reg); err != nil {
+		if d.identity, d.apiConfig, err = newIdentity(ctx, k, d.opts.Version, log, d.reg); err != nil {
 			return err
 		}
 	}
-	// accounts re-checks service-account re-uses against the token plugins
-	// (nil without plugins: such a re-use is then never made).
-	var accounts ensure.AccountCheck
-	var injector *credplugins.Injector
 	if cp := cfg.CredentialProviders; cp != nil {
-		injector, err = newInjector(cp, identity, log, reg)
-		if err != nil {
+		if d.injector, err = newInjector(cp, d.identity, log, d.reg); err != nil {
 			return err
 		}
-		interceptors = append(interceptors, injector.Interceptors()...)
-		accounts = injector
-		background = append(background, func(ctx context.Context) { injector.Run(ctx, cp.CachePurgeInterval.Duration) })
-		log.Info("credential injection on", "providers", len(injector.Config().Providers), "config", cp.Config, "hash", injector.Config().Hash)
+		d.background(func(ctx context.Context) { d.injector.Run(ctx, cp.CachePurgeInterval.Duration) })
+		log.Info("credential injection on", "providers", len(d.injector.Config().Providers), "config", cp.Config, "hash", d.injector.Config().Hash)
 	}
-	var readyChecks []monitoring.ReadyFunc
-	var adminServer *http.Server
-	var guard *ensure.Guard
-	var adminListener net.Listener
+	enf := &enforcement{}
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		var store *records.Store
-		var retry func(context.Context)
-		guard, store, retry, err = newGuard(ctx, e, backend, identity, accounts, log, reg)
-		if err != nil {
+		if enf, err = d.enforce(ctx, e); err != nil {
 			return err
 		}
-		if retry != nil {
-			background = append(background, retry)
-		}
-		interceptors = append(guard.Interceptors(), interceptors...) // outermost: it sees what the injector did
-		readyChecks = append(readyChecks, func(context.Context) error { return guard.RecordsAvailable() })
-		// Without the database there is nothing to administer: the records
-		// commands then open the file themselves and report its error.
-		if store != nil {
-			defer store.Close()
-			background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
-			l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600, Activated: activated})
-			if err != nil {
-				return fmt.Errorf("admin socket: %w", err)
-			}
-			adminListener = l
-			adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Core: guard, Daemon: guard}), ReadHeaderTimeout: 10 * time.Second}
-		}
-		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "maxRecordAge", e.MaxRecordAge.Duration, "maxRecordAgeByRepository", len(e.MaxRecordAgeByRepository), "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
 	}
-	reloader, err := newReloader(reload, cfg, injector, guard, log, reg)
+	reloader, err := newReloader(d.opts.Reload, cfg, d.injector, enf.guard, log, d.reg)
 	if err != nil {
 		return err
 	}
-	background = append(background, func(ctx context.Context) { reloader.Run(ctx, configPath) })
+	d.background(func(ctx context.Context) { reloader.Run(ctx, d.opts.ConfigPath) })
 
-	proxy, err := criproxy.New(backend, criproxy.Options{Logger: log, Registerer: reg, Interceptors: interceptors})
+	cri, err := d.serveCRI(enf)
 	if err != nil {
 		return err
 	}
-
-	sock, err := unixsock.Listen(cfg.Socket.Path, unixsock.Options{Group: cfg.Socket.Group, Activated: activated})
+	mon, err := d.monitoring(enf)
 	if err != nil {
 		return err
+	}
+	// Stopped in this order: the CRI calls in flight finish while
+	// monitoring still answers.
+	d.add(cri)
+	for _, c := range mon {
+		d.add(c)
+	}
+	if enf.admin != nil {
+		d.add(*enf.admin)
+	}
+	log.Info("serving CRI", "socket", cfg.Socket.Path, "runtime", d.backend.RuntimeEndpoint,
+		"image", d.backend.ImageEndpoint, "monitoring", cfg.Monitoring.Address)
+	return nil
+}
+
+// serveCRI is the CRI server on the proxy's socket, with the interceptors
+// of what is on, outermost first: ensure sees what injection did.
+func (d *daemon) serveCRI(enf *enforcement) (component, error) {
+	interceptors := slices.Clone(enf.interceptors)
+	if d.injector != nil {
+		interceptors = append(interceptors, d.injector.Interceptors()...)
+	}
+	proxy, err := criproxy.New(d.backend, criproxy.Options{Logger: d.log, Registerer: d.reg, Interceptors: interceptors})
+	if err != nil {
+		return component{}, err
+	}
+	path := d.cfg.Socket.Path
+	sock, err := d.listen(path, unixsock.Options{Group: d.cfg.Socket.Group})
+	if err != nil {
+		return component{}, err
 	}
 	if sock.Activated {
-		log.Info("the CRI socket is systemd's (socket activation): calls made during a restart wait for the next instance", "socket", cfg.Socket.Path)
+		d.log.Info("the CRI socket is systemd's (socket activation): calls made during a restart wait for the next instance", "socket", path)
 	}
-	for path, l := range activated {
-		if path != cfg.Socket.Path && (adminListener == nil || path != adminListener.Addr().String()) {
-			l.Close()
-			sock.Close()
-			return fmt.Errorf("systemd passed the socket %s, which is neither socket.path (%s) nor the admin socket: make the .socket unit's ListenStream the configured path", path, cfg.Socket.Path)
+	for p := range d.activated {
+		if !d.taken[p] {
+			return component{}, fmt.Errorf("systemd passed the socket %s, which is neither socket.path (%s) nor the admin socket: make the .socket unit's ListenStream the configured path", p, path)
 		}
 	}
-	var secure *monitoring.Server
-	var secureListener net.Listener
-	if sm := cfg.Monitoring.Secure; sm != nil {
-		if secure, err = newSecureMonitoring(sm, cfg.Kubernetes.NodeName, apiConfig, reg, log); err != nil {
-			sock.Close()
-			return err
-		}
-		if secureListener, err = net.Listen("tcp", sm.Address); err != nil {
-			sock.Close()
-			return fmt.Errorf("secure monitoring address: %w", err)
-		}
-	}
-	var mon *monitoring.Server
-	var monListener net.Listener
-	if cfg.Monitoring.Address != "-" {
-		if mon, err = monitoring.New(reg, reg, backend.Ready, log, monitoring.Options{Profiling: cfg.Monitoring.Profiling, Checks: readyChecks}); err != nil {
-			sock.Close()
-			return err
-		}
-		if monListener, err = net.Listen("tcp", cfg.Monitoring.Address); err != nil {
-			sock.Close()
-			return fmt.Errorf("monitoring address: %w", err)
-		}
-	}
+	return component{
+		serve: func(context.Context) error {
+			if err := proxy.Serve(sock); err != nil {
+				return fmt.Errorf("serving CRI on %s: %w", path, err)
+			}
+			return nil
+		},
+		// The gRPC server closes sock, which releases the instance lock.
+		stop: proxy.Shutdown,
+	}, nil
+}
 
-	log.Info("serving CRI", "socket", cfg.Socket.Path, "runtime", backend.RuntimeEndpoint,
-		"image", backend.ImageEndpoint, "monitoring", cfg.Monitoring.Address)
+// monitoring is the monitoring endpoint and the secure one, those that are
+// on.
+func (d *daemon) monitoring(enf *enforcement) ([]component, error) {
+	var out []component
+	m := d.cfg.Monitoring
+	// The secure endpoint is built first, so that its errors come first.
+	var secure component
+	if sm := m.Secure; sm != nil {
+		srv, err := newSecureMonitoring(sm, d.cfg.Kubernetes.NodeName, d.apiConfig, d.reg, d.log)
+		if err != nil {
+			return nil, err
+		}
+		l, err := d.listenTCP(sm.Address)
+		if err != nil {
+			return nil, fmt.Errorf("secure monitoring address: %w", err)
+		}
+		secure = component{
+			serve: func(context.Context) error { return srv.ServeTLS(l) },
+			stop:  func(ctx context.Context) { _ = srv.Shutdown(ctx) },
+		}
+	}
+	if m.Address != "-" {
+		srv, err := monitoring.New(d.reg, d.reg, d.backend.Ready, d.log, monitoring.Options{Profiling: m.Profiling, Checks: enf.readyChecks})
+		if err != nil {
+			return nil, err
+		}
+		l, err := d.listenTCP(m.Address)
+		if err != nil {
+			return nil, fmt.Errorf("monitoring address: %w", err)
+		}
+		out = append(out, component{
+			serve: func(context.Context) error { return srv.Serve(l) },
+			stop:  func(ctx context.Context) { _ = srv.Shutdown(ctx) },
+		})
+	}
+	if secure.serve != nil {
+		out = append(out, secure)
+	}
+	return out, nil
+}
+
+// run runs the components under one errgroup until ctx ends or one
+// fails, then stops them all within the shutdown timeout.
+func (d *daemon) run(ctx context.Context) error {
 	// Under systemd (Type=notify) the unit is started, and the kubelet
 	// ordered after it may start, once the socket accepts calls: from here
 	// on a connection waits in the listen backlog until Serve takes it.
 	if _, err := sd.SdNotify(false, sd.SdNotifyReady); err != nil {
-		log.Warn("telling systemd the proxy is ready failed", "err", err)
+		d.log.Warn("telling systemd the proxy is ready failed", "err", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	for _, run := range background {
-		g.Go(func() error { run(gctx); return nil })
-	}
-	g.Go(func() error {
-		if err := proxy.Serve(sock); err != nil {
-			return fmt.Errorf("serving CRI on %s: %w", cfg.Socket.Path, err)
-		}
-		return nil
-	})
-	if mon != nil {
-		g.Go(func() error { return mon.Serve(monListener) })
-	}
-	if secure != nil {
-		g.Go(func() error { return secure.ServeTLS(secureListener) })
-	}
-	if adminServer != nil {
-		g.Go(func() error {
-			if err := adminServer.Serve(adminListener); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("admin socket: %w", err)
-			}
-			return nil
-		})
+	for _, c := range d.components {
+		g.Go(func() error { return c.serve(gctx) })
 	}
 	g.Go(func() error {
 		<-gctx.Done()
 		if ctx.Err() != nil {
-			log.Info("shutting down: no new calls; waiting for calls in flight", "timeout", cfg.ShutdownTimeout.Duration)
+			d.log.Info("shutting down: no new calls; waiting for calls in flight", "timeout", d.cfg.ShutdownTimeout.Duration)
 		}
 		_, _ = sd.SdNotify(false, sd.SdNotifyStopping)
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
+		sctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout.Duration)
 		defer cancel()
-		proxy.Shutdown(sctx)
-		sock.Close() // the gRPC server closed the listener; this releases the instance lock
-		if mon != nil {
-			_ = mon.Shutdown(sctx)
-		}
-		if secure != nil {
-			_ = secure.Shutdown(sctx)
-		}
-		if adminServer != nil {
-			_ = adminServer.Shutdown(sctx)
+		for _, c := range d.components {
+			if c.stop != nil {
+				c.stop(sctx)
+			}
 		}
 		return nil
 	})
-	err = g.Wait()
+	err := g.Wait()
 	if err == nil || errors.Is(err, context.Canceled) {
-		log.Info("stopped")
+		d.log.Info("stopped")
 		return nil
 	}
 	return err
-}
-
-// newSecureMonitoring is the TLS /metrics endpoint, its callers reviewed
-// by the API with the proxy's identity.
-func newSecureMonitoring(sm *config.SecureMonitoring, node string, api *rest.Config, gatherer prometheus.Gatherer, log *slog.Logger) (*monitoring.Server, error) {
-	var cert tls.Certificate
-	var err error
-	if sm.CertFile != "" {
-		cert, err = tls.LoadX509KeyPair(sm.CertFile, sm.KeyFile)
-	} else {
-		host, _, _ := net.SplitHostPort(sm.Address) // validated
-		cert, err = monitoring.SelfSigned(node, host, "localhost", "127.0.0.1")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("secure monitoring certificate: %w", err)
-	}
-	reviewer, err := podtoken.NewReviewer(api, node)
-	if err != nil {
-		return nil, err
-	}
-	log.Info("secure monitoring on", "address", sm.Address, "selfSigned", sm.CertFile == "")
-	return monitoring.NewSecure(gatherer, cert, reviewer.Allowed, log), nil
-}
-
-// newInjector loads the credential provider configuration and builds the
-// PullImage hook that injects its plugins' credentials.
-func newInjector(cp *config.CredentialProviders, identity *podtoken.Source, log *slog.Logger, reg prometheus.Registerer) (*credplugins.Injector, error) {
-	pc, err := credplugins.LoadConfig(cp.Config, cp.BinDir)
-	if err != nil {
-		return nil, err
-	}
-	opts := credplugins.Options{
-		ExecTimeout: cp.ExecTimeout.Duration,
-		CacheSize:   cp.CacheSize,
-		Logger:      log,
-		Registerer:  reg,
-	}
-	if identity != nil {
-		opts.Identity = identity
-	}
-	return credplugins.New(pc, opts)
-}
-
-// newIdentity connects to the Kubernetes API and starts the node's pod
-// informer (waiting a little for it: without it, pods are read with GETs).
-func newIdentity(ctx context.Context, k *config.Kubernetes, version string, log *slog.Logger, reg prometheus.Registerer) (*podtoken.Source, *rest.Config, error) {
-	if err := podtoken.RegisterClientMetrics(reg); err != nil {
-		return nil, nil, err
-	}
-	var rc *rest.Config
-	var err error
-	if k.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes API: %w", err)
-	}
-	rc.UserAgent = "cri-image-proxy/" + version
-	rc.QPS, rc.Burst = k.QPS, k.Burst
-	api, err := podtoken.NewAPI(rc)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes API: %w", err)
-	}
-	src := podtoken.New(api, k.NodeName, podtoken.Options{Logger: log})
-	src.Start(ctx)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if !src.WaitForSync(wctx) {
-		log.Warn("the pod informer has not synced yet; reading pods one by one meanwhile", "node", k.NodeName)
-	}
-	log.Info("kubernetes API on", "host", rc.Host, "node", k.NodeName)
-	return src, rc, nil
-}
-
-// newGuard opens the records database and builds the ensure interceptors,
-// after settling the pull intents a crash left. When the runtime does not
-// answer, retry (non-nil) settles them in the background until it does;
-// their images need verification meanwhile. When the database cannot be
-// opened, the guard fails closed over ensure.UnavailableStore and the
-// store is nil.
-func newGuard(ctx context.Context, e config.EnsureSecretPulledImages, backend *criproxy.Backend, identity *podtoken.Source, accounts ensure.AccountCheck, log *slog.Logger, reg prometheus.Registerer) (_ *ensure.Guard, _ *records.Store, retry func(context.Context), _ error) {
-	policy, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	opts := ensure.GuardOptions{Logger: log, Registerer: reg, GracePeriod: e.GracePeriod.Duration, Accounts: accounts}
-	if identity != nil {
-		opts.Pods = identity
-	}
-	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
-	store, err := records.Open(e.DatabasePath, records.Options{})
-	if err != nil {
-		// The proxy is the kubelet's runtime endpoint: refusing to start
-		// would take the node down. Serve, and fail closed instead.
-		log.Error("the records database cannot be opened: serving the runtime, but refusing every image that needs verification until it can be and the proxy is restarted. "+
-			"Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages); see docs/operations.md",
-			"database", e.DatabasePath, "err", err)
-		guard, gerr := ensure.NewGuard(ensure.UnavailableStore(err), policy, rt, opts)
-		if gerr == nil {
-			guard.SetExpiry(e.Expiry())
-		}
-		return guard, nil, nil, gerr
-	}
-	guard, err := ensure.NewGuard(store, policy, rt, opts)
-	if err != nil {
-		store.Close()
-		return nil, nil, nil, err
-	}
-	guard.SetExpiry(e.Expiry())
-	settle := func() error {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		n, k, err := guard.Recover(rctx)
-		if n+k > 0 && err == nil {
-			log.Info("settled the pull intents of an interrupted run; those whose image is not on the node are kept until it is, or it is pulled again",
-				"toRecords", n, "kept", k)
-		}
-		return err
-	}
-	if err := settle(); err != nil {
-		log.Warn("settling pull intents failed; retrying, their images need verification meanwhile", "err", err)
-		retry = func(ctx context.Context) {
-			t := time.NewTicker(5 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if settle() == nil {
-						return
-					}
-				}
-			}
-		}
-	}
-	return guard, store, retry, nil
 }

@@ -17,7 +17,7 @@ import (
 // filter applies.
 func TestClientGoLogsThroughTheDaemonsHandler(t *testing.T) {
 	var buf bytes.Buffer
-	NewLogger(config.Logging{Level: "info", Format: "json"}, &buf)
+	newLogger(config.Logging{Level: "info", Format: "json"}, &buf)
 	defer klog.ClearLogger()
 	klog.ErrorS(errors.New("connection refused"), "Failed to watch", "reflector", "pods")
 	klog.V(4).InfoS("a detail below the level")
