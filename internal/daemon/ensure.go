@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -35,12 +36,10 @@ type enforcement struct {
 // settled again while the runtime does not answer.
 const settleRetryInterval = 5 * time.Second
 
-// enforce opens the records database, builds the guard and settles the
-// pull intents a crash left; the guard's garbage collection runs in the
-// background. When the runtime does not answer, the intents are settled
-// in the background until it does; their images need verification
-// meanwhile. When the database cannot be opened, the guard fails closed
-// over ensure.UnavailableStore.
+// enforce opens the records database, builds the guard, settles the pull
+// intents a crash left, and opens the admin socket; the guard's garbage
+// collection runs in the background. When the database cannot be opened,
+// the guard fails closed over ensure.UnavailableStore, with no admin API.
 func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages) (*enforcement, error) {
 	policy, err := ensurePolicy(e)
 	if err != nil {
@@ -50,9 +49,9 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	if err != nil {
 		// The proxy is the kubelet's runtime endpoint: refusing to start
 		// would take the node down. Serve, and fail closed instead.
-		d.log.Error("the records database cannot be opened: images that need verification are refused until it is repaired and the proxy restarted",
+		d.log.Error("the records database cannot be opened; refusing every image that needs verification",
 			"database", e.DatabasePath, "err", err,
-			"remedy", "Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages); see docs/operations.md")
+			"remedy", "Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages), then restart the proxy; see docs/operations.md")
 		guard, err := d.newGuard(ensure.UnavailableStore(err), policy, e)
 		if err != nil {
 			return nil, err
@@ -65,6 +64,20 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	if err != nil {
 		return nil, err
 	}
+	d.settleIntents(ctx, guard)
+	d.background(func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
+	l, err := d.listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	d.log.Info("ensure secret-pulled images on", ensureAttrs(e, true)...)
+	return newEnforcement(guard, adminAPI(l, store, guard)), nil
+}
+
+// settleIntents settles the pull intents a crash left, now, or when that
+// fails (the runtime does not answer), in the background until it works;
+// their images need verification meanwhile.
+func (d *daemon) settleIntents(ctx context.Context, guard *ensure.Guard) {
 	settle := func(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -84,14 +97,12 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 			})
 		})
 	}
-	d.background(func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
-	l, err := d.listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
-	if err != nil {
-		return nil, fmt.Errorf("admin socket: %w", err)
-	}
+}
+
+// adminAPI serves the records admin API on l.
+func adminAPI(l net.Listener, store *records.Store, guard *ensure.Guard) *component {
 	srv := &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Core: guard, Daemon: guard}), ReadHeaderTimeout: 10 * time.Second}
-	d.log.Info("ensure secret-pulled images on", ensureAttrs(e, true)...)
-	return newEnforcement(guard, &component{
+	return &component{
 		serve: func(context.Context) error {
 			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("admin socket: %w", err)
@@ -99,7 +110,7 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 			return nil
 		},
 		stop: func(ctx context.Context) { _ = srv.Shutdown(ctx) },
-	}), nil
+	}
 }
 
 // newGuard builds the guard over store, with the node's pods when there is
