@@ -70,7 +70,8 @@ type daemon struct {
 	apiConfig *rest.Config          // nil: no kubernetes section
 	injector  *credplugins.Injector // nil: no credentialProviders section
 
-	// components run under one errgroup, and are stopped in this order.
+	// components run under one errgroup, and are stopped in the order
+	// they were added.
 	components []component
 	// closers close what was opened, in reverse order, when Run returns.
 	closers []func() error
@@ -172,19 +173,13 @@ func (d *daemon) assemble(ctx context.Context) error {
 	}
 	d.background(func(ctx context.Context) { reloader.Run(ctx, d.opts.ConfigPath) })
 
-	cri, err := d.serveCRI(enf)
-	if err != nil {
+	// Components are stopped in the order they are added: the CRI calls in
+	// flight finish while monitoring and the admin API still answer.
+	if err := d.serveCRI(enf); err != nil {
 		return err
 	}
-	mon, err := d.monitoring(enf)
-	if err != nil {
+	if err := d.monitoring(enf); err != nil {
 		return err
-	}
-	// Stopped in this order: the CRI calls in flight finish while
-	// monitoring still answers.
-	d.add(cri)
-	for _, c := range mon {
-		d.add(c)
 	}
 	if enf.admin != nil {
 		d.add(*enf.admin)
@@ -194,31 +189,32 @@ func (d *daemon) assemble(ctx context.Context) error {
 	return nil
 }
 
-// serveCRI is the CRI server on the proxy's socket, with the interceptors
-// of what is on, outermost first: ensure sees what injection did.
-func (d *daemon) serveCRI(enf *enforcement) (component, error) {
+// serveCRI adds the CRI server on the proxy's socket, with the
+// interceptors of what is on, outermost first: ensure sees what injection
+// did.
+func (d *daemon) serveCRI(enf *enforcement) error {
 	interceptors := slices.Clone(enf.interceptors)
 	if d.injector != nil {
 		interceptors = append(interceptors, d.injector.Interceptors()...)
 	}
 	proxy, err := criproxy.New(d.backend, criproxy.Options{Logger: d.log, Registerer: d.reg, Interceptors: interceptors})
 	if err != nil {
-		return component{}, err
+		return err
 	}
 	path := d.cfg.Socket.Path
 	sock, err := d.listen(path, unixsock.Options{Group: d.cfg.Socket.Group})
 	if err != nil {
-		return component{}, err
+		return err
 	}
 	if sock.Activated {
 		d.log.Info("the CRI socket is systemd's (socket activation): calls made during a restart wait for the next instance", "socket", path)
 	}
 	for p := range d.activated {
 		if !d.taken[p] {
-			return component{}, fmt.Errorf("systemd passed the socket %s, which is neither socket.path (%s) nor the admin socket: make the .socket unit's ListenStream the configured path", p, path)
+			return fmt.Errorf("systemd passed the socket %s, which is neither socket.path (%s) nor the admin socket: make the .socket unit's ListenStream the configured path", p, path)
 		}
 	}
-	return component{
+	d.add(component{
 		serve: func(context.Context) error {
 			if err := proxy.Serve(sock); err != nil {
 				return fmt.Errorf("serving CRI on %s: %w", path, err)
@@ -227,26 +223,26 @@ func (d *daemon) serveCRI(enf *enforcement) (component, error) {
 		},
 		// The gRPC server closes sock, which releases the instance lock.
 		stop: proxy.Shutdown,
-	}, nil
+	})
+	return nil
 }
 
-// monitoring is the monitoring endpoint and the secure one, those that are
-// on.
-func (d *daemon) monitoring(enf *enforcement) ([]component, error) {
-	var out []component
+// monitoring adds the monitoring endpoint and the secure one, those that
+// are on.
+func (d *daemon) monitoring(enf *enforcement) error {
 	m := d.cfg.Monitoring
-	// The secure endpoint is built first, so that its errors come first.
-	var secure component
+	// Built first (its errors come first), stopped last.
+	var secure *component
 	if sm := m.Secure; sm != nil {
 		srv, err := newSecureMonitoring(sm, d.cfg.Kubernetes.NodeName, d.apiConfig, d.reg, d.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		l, err := d.listenTCP(sm.Address)
 		if err != nil {
-			return nil, fmt.Errorf("secure monitoring address: %w", err)
+			return fmt.Errorf("secure monitoring address: %w", err)
 		}
-		secure = component{
+		secure = &component{
 			serve: func(context.Context) error { return srv.ServeTLS(l) },
 			stop:  func(ctx context.Context) { _ = srv.Shutdown(ctx) },
 		}
@@ -254,21 +250,21 @@ func (d *daemon) monitoring(enf *enforcement) ([]component, error) {
 	if m.Address != "-" {
 		srv, err := monitoring.New(d.reg, d.reg, d.backend.Ready, d.log, monitoring.Options{Profiling: m.Profiling, Checks: enf.readyChecks})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		l, err := d.listenTCP(m.Address)
 		if err != nil {
-			return nil, fmt.Errorf("monitoring address: %w", err)
+			return fmt.Errorf("monitoring address: %w", err)
 		}
-		out = append(out, component{
+		d.add(component{
 			serve: func(context.Context) error { return srv.Serve(l) },
 			stop:  func(ctx context.Context) { _ = srv.Shutdown(ctx) },
 		})
 	}
-	if secure.serve != nil {
-		out = append(out, secure)
+	if secure != nil {
+		d.add(*secure)
 	}
-	return out, nil
+	return nil
 }
 
 // run runs the components under one errgroup until ctx ends or one
