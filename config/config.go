@@ -284,15 +284,25 @@ func (c *ProxyConfiguration) SetDefaults() {
 
 // Load reads, decodes, defaults and validates the file at path.
 func Load(path string) (*ProxyConfiguration, error) {
+	c, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Read reads and decodes the file at path and fills defaults; it does not
+// validate, so that flags can be applied first.
+func Read(path string) (*ProxyConfiguration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c, err := Decode(data)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil

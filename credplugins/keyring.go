@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
@@ -187,18 +188,11 @@ func (in *Injector) Config() *Config { return in.set.Load().config }
 // until ctx is done: the kubelet only drops them when read, KEP-2133 asks
 // for better.
 func (in *Injector) Run(ctx context.Context, interval time.Duration) {
-	t := in.clk.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			for _, p := range in.plugins() {
-				p.cache.Purge()
-			}
+	periodic.Every(ctx, interval, func(context.Context) {
+		for _, p := range in.plugins() {
+			p.cache.Purge()
 		}
-	}
+	})
 }
 
 // Candidate is one credential to try for a pull, and where it came from.

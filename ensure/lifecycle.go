@@ -9,6 +9,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 )
 
 // Recover settles the intents a crash left behind (those found when the
@@ -181,20 +182,13 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 
 // Run collects garbage every interval until ctx is done.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if r, gr, err := g.GC(ctx); err != nil {
-				g.log.Warn("ensure garbage collection failed; nothing was dropped", "err", err)
-			} else if r+gr > 0 {
-				g.log.Info("ensure garbage collection", "records", r, "grants", gr)
-			}
+	periodic.Every(ctx, interval, func(ctx context.Context) {
+		if r, gr, err := g.GC(ctx); err != nil {
+			g.log.Warn("ensure garbage collection failed; nothing was dropped", "err", err)
+		} else if r+gr > 0 {
+			g.log.Info("ensure garbage collection", "records", r, "grants", gr)
 		}
-	}
+	})
 }
 
 // Remove has the runtime remove an image (remove) and then drops its

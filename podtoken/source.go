@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 )
 
 // ErrPodMismatch is returned when the API's pod of that name is not the
@@ -115,18 +116,7 @@ func New(client API, node string, opts Options) *Source {
 // stop with ctx.
 func (s *Source) Start(ctx context.Context) {
 	go s.informer.RunWithContext(ctx)
-	go func() {
-		t := s.clock.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-				s.dropExpired()
-			}
-		}
-	}()
+	go periodic.Every(ctx, time.Minute, func(context.Context) { s.dropExpired() })
 }
 
 // WaitForSync waits until the informer has listed the node's pods, or ctx ends.

@@ -30,19 +30,15 @@ func newConfigCmd() *cobra.Command {
 // configCmd is a config subcommand: it takes --config and every serve
 // flag, and loads them as serve does.
 func configCmd(use, short, long string, extra func(*cobra.Command), run func(cmd *cobra.Command, cfg *config.ProxyConfiguration) error) *cobra.Command {
-	var configPath string
-	cmd := &cobra.Command{
-		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadServeConfig(cmd.Flags(), configPath)
-			if err != nil {
-				return err
-			}
-			return run(cmd, cfg)
-		},
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.NoArgs}
+	configPath := addConfigFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := loadServeConfig(cmd.Flags(), *configPath)
+		if err != nil {
+			return err
+		}
+		return run(cmd, cfg)
 	}
-	cmd.Flags().StringVar(&configPath, "config", "", "configuration file ("+config.APIVersion+" "+config.Kind+"); flags override it")
-	bindServeFlags(cmd.Flags(), config.Default())
 	if extra != nil {
 		extra(cmd)
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -124,7 +124,7 @@ func (r *reloader) reload() error {
 	}
 	var policy ensure.Policy
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		if policy, err = ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist); err != nil {
+		if policy, err = ensurePolicy(e); err != nil {
 			return err
 		}
 	}
