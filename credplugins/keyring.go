@@ -225,8 +225,9 @@ type ProviderError struct {
 //   - keys without a glob before keys with one, longer keys first (more
 //     specific), then the kubelet's reverse lexical order, then the order of
 //     the providers in the configuration (the earlier wins a shared key),
-//   - for a Docker Hub image with no other match, keys for index.docker.io,
-//     as the kubelet's keyring falls back to them,
+//   - for a Docker Hub image with no other match, Docker Hub's key
+//     (https://index.docker.io/v1/), as the kubelet's keyring falls back to
+//     it (keyring.Serving),
 //   - each distinct credential once.
 //
 // Providers that failed are returned as well; the others' candidates are
@@ -260,24 +261,17 @@ func candidates(image string, answers []Answer) []Candidate {
 		key      string // Key normalized (AuthKey): what the order compares
 		provider int
 	}
-	var all, hub []ranked
+	var keyed []ranked
 	for i, a := range answers {
 		for raw, cred := range a.Auth {
-			k, ok := keyring.AuthKey(raw)
-			if !ok {
-				continue
-			}
-			c := ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred, ServiceAccount: a.ServiceAccount}, k, i}
-			if keyring.MatchImage(k, image) {
-				all = append(all, c)
-			} else if k == "index.docker.io" && keyring.IsDefaultRegistryImage(image) {
-				hub = append(hub, c)
+			if k, ok := keyring.AuthKey(raw); ok {
+				keyed = append(keyed, ranked{Candidate{Provider: a.Provider, Key: raw, Credential: cred, ServiceAccount: a.ServiceAccount}, k, i})
 			}
 		}
 	}
-	if len(all) == 0 {
-		all = hub
-	}
+	// All the answers at once, as the kubelet's keyring holds them: a key
+	// that matches in one answer turns Docker Hub's fallback off in all.
+	all := keyring.Serving(image, keyed, func(r ranked) string { return r.key })
 	sort.SliceStable(all, func(i, j int) bool {
 		a, b := all[i], all[j]
 		ka, kb := a.key, b.key

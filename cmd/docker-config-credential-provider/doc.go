@@ -8,7 +8,8 @@
 // It reads a CredentialProviderRequest (credentialprovider.kubelet.k8s.io
 // v1, v1beta1 or v1alpha1) on stdin and answers in the same version with
 // the entries of FILE's "auths" whose key matches the requested image, by
-// the kubelet's rules. cacheKeyType is Registry when every matching key is a
+// the kubelet's rules: for a Docker Hub image no key matches, docker
+// login's key (https://index.docker.io/v1/). cacheKeyType is Registry when every matching key is a
 // bare registry, else Image; cacheDuration is left to the provider's
 // defaultCacheDuration. Credentials may be given as username and password
 // or as "auth" (base64 of user:password).
