@@ -5,8 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
 // bake --docker-config answers from a docker config.json in process: a
@@ -45,5 +49,32 @@ func TestADockerConfigInjectorServesDockerHubImagesFromDockerLoginsKey(t *testin
 				t.Errorf("what the runtime was given (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// docker-config-credential-provider's answer, cached by the injector as the
+// kubelet caches it: pulled first, an image of another team must not leave
+// a registry-wide answer that hides team-a's own key from team-a's images.
+func TestARegistryWideAnswerNeverHidesANarrowerKey(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(path, []byte(`{"auths": {
+		"registry.test": {"username": "everyone", "password": "e-pw"},
+		"registry.test/team-a": {"username": "team-a", "password": "a-pw"}
+	}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := keyring.ReadDockerConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newTestInjector(t, testclock.NewFakeClock(t0), prov("docker-config", time.Hour, dockerConfigRunner{d}, "registry.test"))
+	ctx := context.Background()
+	if c, _, _ := in.Lookup(ctx, "registry.test/team-b/app", nil); len(c) != 1 || c[0].Credential.Username != "everyone" {
+		t.Fatalf("team-b's image: %+v", c)
+	}
+	c, answers, _ := in.Lookup(ctx, "registry.test/team-a/app", nil)
+	if len(c) == 0 || c[0].Credential.Username != "team-a" || answers[0].FromCache {
+		t.Errorf("team-a's image after team-b's: first candidate %+v (from the cache: %v), want team-a's own key", c, len(answers) > 0 && answers[0].FromCache)
 	}
 }

@@ -138,16 +138,33 @@ func (d *DockerConfig) MatchImages() []string {
 }
 
 // Lookup returns the entries that serve image (a repository without tag or
-// digest; Serving), and the cache key type a plugin answering them would
-// give: Registry, or Image when a matching key has a path.
+// digest; Serving), and the cache key type a plugin answering them gives:
+// Registry only when no key of the file is narrower than the image's
+// registry, else Image. A Registry answer serves "future images with the
+// same registry hostname" without a run (KEP-2133): with registry.test and
+// registry.test/team-a in the file, a Registry answer for
+// registry.test/team-b/app would hand registry.test/team-a/app
+// registry.test's credential, never its own, until it expired.
 func (d *DockerConfig) Lookup(image string) (Auth, credentialproviderapi.PluginCacheKeyType) {
 	auth := Auth{}
-	keyType := credentialproviderapi.RegistryPluginCacheKeyType
 	for _, e := range d.serving(image) {
 		auth[e.key] = e.cred
-		if strings.Contains(e.key, "/") {
-			keyType = credentialproviderapi.ImagePluginCacheKeyType // a path: the answer depends on the image
+	}
+	registry, _, _ := strings.Cut(image, "/")
+	if d.hasKeyNarrowerThan(registry) {
+		return auth, credentialproviderapi.ImagePluginCacheKeyType
+	}
+	return auth, credentialproviderapi.RegistryPluginCacheKeyType
+}
+
+// hasKeyNarrowerThan reports whether a key of the file has a path on a host
+// that matches registry (host[:port]): the images of that path get another
+// answer than the rest of the registry.
+func (d *DockerConfig) hasKeyNarrowerThan(registry string) bool {
+	for _, e := range d.entries {
+		if host, path, found := strings.Cut(e.key, "/"); found && path != "" && MatchImage(host, registry) {
+			return true
 		}
 	}
-	return auth, keyType
+	return false
 }
