@@ -80,9 +80,11 @@ type testEngine struct {
 // fake runners.
 func newTestEngine(t *testing.T, cfg *Config) *testEngine {
 	t.Helper()
-	if cfg.Hash == "" {
-		cfg.Hash = "sha256:test"
+	c := *cfg // parallel tests share a configuration
+	if c.Hash == "" {
+		c.Hash = "sha256:test"
 	}
+	cfg = &c
 	te := &testEngine{runners: map[string]*fakeRunner{}, clock: testclock.NewFakeClock(time.Unix(1_800_000_000, 0)), reg: prometheus.NewRegistry(), log: &bytes.Buffer{}}
 	var err error
 	te.Engine, err = New(cfg, Options{Clock: te.clock, Registerer: te.reg, Logger: slog.New(slog.NewTextHandler(te.log, &slog.HandlerOptions{Level: slog.LevelDebug}))})

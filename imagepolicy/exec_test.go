@@ -56,7 +56,10 @@ echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","allowed":false,"podRea
 			t.Run("a plugin that "+tc.plugin+" under "+string(policy), func(t *testing.T) {
 				t.Parallel()
 				p := testProvider(tc.plugin, []string{"secure"}, "registry.test")
-				p.Timeout, p.FailurePolicy = 300*time.Millisecond, policy
+				p.Timeout, p.FailurePolicy = 10*time.Second, policy // a loaded machine is slow to start a shell
+				if tc.plugin == "hang" {
+					p.Timeout = 300 * time.Millisecond
+				}
 				e, err := New(&Config{BinDir: dir, Hash: "h", Providers: []Provider{p}}, Options{})
 				if err != nil {
 					t.Fatal(err)
