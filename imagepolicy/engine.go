@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -131,8 +132,6 @@ type Verdict struct {
 	Allowed bool
 	// Namespace the verdict is for: the pod's, or the default.
 	Namespace string
-	// Reason is for the operator: each provider's reason.
-	Reason string
 	// PodReason is for the pod: the refusing provider's short reason.
 	PodReason string
 	// Decisions of the providers that applied, in order, up to the first
@@ -140,6 +139,8 @@ type Verdict struct {
 	Decisions []Decision
 
 	generation uint64 // the configuration it was made under, for Bind
+	repository string // the subject's, for Reason
+	invalid    error  // why the subject could not be decided on
 }
 
 // ErrDenied marks a refusal; it is a PermissionDenied (errdefs), so the
@@ -187,6 +188,8 @@ type providerSet struct {
 	generation uint64
 	providers  []*provider
 	byName     map[string]*provider
+	matching   sync.Map // repository -> []bool, see matchingImage
+	remembered atomic.Int64
 }
 
 // provider is one configured plugin with its cache of verdicts, keyed by
@@ -290,6 +293,31 @@ func (set *providerSet) namespaceOf(s *Subject) string {
 	return set.config.DefaultNamespace
 }
 
+// maxRemembered bounds a set's memo of repositories: a node uses few; past
+// it the memo starts again.
+const maxRemembered = 8192
+
+// matchingImage says, for each provider, whether its matchImages match
+// repository (all do for an unknown one), remembered per repository:
+// parsing and matching every pattern on each decision would be most of
+// a cached decision's cost.
+func (set *providerSet) matchingImage(repository string) []bool {
+	if v, ok := set.matching.Load(repository); ok {
+		return v.([]bool)
+	}
+	repo := parsedRepository(repository)
+	m := make([]bool, len(set.providers))
+	for i, p := range set.providers {
+		m[i] = p.match.matchesImage(repo)
+	}
+	if set.remembered.Add(1) > maxRemembered {
+		set.matching.Clear()
+		set.remembered.Store(0)
+	}
+	set.matching.Store(repository, m)
+	return m
+}
+
 // parsedRepository is the subject's repository for matchImages; nil when
 // unknown (or unparsable): every provider then applies.
 func parsedRepository(repo string) *url.URL {
@@ -321,18 +349,18 @@ func parsedRepository(repo string) *url.URL {
 func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 	set := e.set.Load()
 	ns := set.namespaceOf(&s)
-	v := Verdict{Namespace: ns, generation: set.generation}
+	v := Verdict{Namespace: ns, generation: set.generation, repository: s.Repository}
 	if err := s.validate(); err != nil {
-		v.Reason, v.PodReason = err.Error(), "image policy: the image cannot be identified"
+		v.invalid, v.PodReason = err, "image policy: the image cannot be identified"
 		e.metrics.decisions.WithLabelValues("", string(s.Call), resultFailedClosed, "").Inc()
 		e.log.WarnContext(ctx, "image policy: refused an image it cannot identify", "image", s.Image, "namespace", ns, "err", err)
 		return v, err
 	}
-	repo := parsedRepository(s.Repository)
+	matching := set.matchingImage(s.Repository)
 	keys := s.cacheKeys()
 	v.Allowed = true
-	for _, p := range set.providers {
-		if !p.match.coversNamespace(ns) || !p.match.matchesImage(repo) {
+	for i, p := range set.providers {
+		if !matching[i] || !p.match.coversNamespace(ns) {
 			continue
 		}
 		d := p.decide(ctx, &s, ns, keys)
@@ -348,7 +376,6 @@ func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 			break
 		}
 	}
-	v.Reason = verdictReason(&v, &s)
 	if len(v.Decisions) == 0 {
 		e.metrics.decisions.WithLabelValues("", string(s.Call), resultNoProvider, "").Inc()
 	}
@@ -356,10 +383,15 @@ func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 	return v, nil
 }
 
-// verdictReason is the operator's account of a verdict.
-func verdictReason(v *Verdict, s *Subject) string {
+// Reason is the operator's account of the verdict: each provider's
+// reason, or why none applied. Made on demand: a cached allow at
+// CreateContainer must cost microseconds.
+func (v Verdict) Reason() string {
+	if v.invalid != nil {
+		return v.invalid.Error()
+	}
 	if len(v.Decisions) == 0 {
-		repo := s.Repository
+		repo := v.repository
 		if repo == "" {
 			repo = "(known by ID only)"
 		}
@@ -395,7 +427,7 @@ func (e *Engine) logVerdict(ctx context.Context, s *Subject, v *Verdict) {
 		return
 	}
 	e.log.Log(ctx, level, msg, "call", s.Call, "image", s.Image, "repository", s.Repository, "digest", s.Digest, "imageID", s.ImageID,
-		"namespace", v.Namespace, "pod", s.Pod.Name, "podUID", s.Pod.UID, "static", s.Pod.Static, "allowed", v.Allowed, "reason", v.Reason)
+		"namespace", v.Namespace, "pod", s.Pod.Name, "podUID", s.Pod.UID, "static", s.Pod.Static, "allowed", v.Allowed, "reason", v.Reason())
 }
 
 // decide is one provider's decision: cached, or the plugin's.

@@ -62,6 +62,9 @@ func (f *fakeRunner) set(resp policyapi.ImagePolicyResponse, err error) {
 	f.resp, f.err = resp, err
 }
 
+// testAllow is the fake plugins' default verdict.
+var testAllow = policyapi.Allow("signed by release-key")
+
 // testProvider is a provider with the defaults LoadConfig gives.
 func testProvider(name string, namespaces []string, matchImages ...string) Provider {
 	return Provider{Name: name, APIVersion: policyapi.V1alpha1, MatchImages: matchImages, Namespaces: namespaces,
@@ -101,7 +104,7 @@ func (te *testEngine) fake() {
 	for _, p := range te.set.Load().providers {
 		f, ok := te.runners[p.cfg.Name]
 		if !ok {
-			f = &fakeRunner{resp: policyapi.Allow("signed by release-key")}
+			f = &fakeRunner{resp: testAllow}
 			te.runners[p.cfg.Name] = f
 		}
 		p.runner = f
@@ -160,8 +163,8 @@ func TestDecideWhichProvidersApply(t *testing.T) {
 					t.Errorf("%s ran %d times", name, n)
 				}
 			}
-			if len(tc.want) == 0 && !strings.Contains(v.Reason, "no image policy provider applies") {
-				t.Errorf("reason %q", v.Reason)
+			if len(tc.want) == 0 && !strings.Contains(v.Reason(), "no image policy provider applies") {
+				t.Errorf("reason %q", v.Reason())
 			}
 		})
 	}
@@ -182,8 +185,8 @@ func TestDecideRefusal(t *testing.T) {
 	if v.Allowed || len(v.Decisions) != 2 || te.runners["third"].calls() != 0 {
 		t.Fatalf("verdict %+v: want refused by second, third not asked", v)
 	}
-	if v.PodReason != "image is not signed by a trusted key" || !strings.Contains(v.Reason, "second refused: no signature of release-key") {
-		t.Errorf("reasons %q / %q", v.PodReason, v.Reason)
+	if v.PodReason != "image is not signed by a trusted key" || !strings.Contains(v.Reason(), "second refused: no signature of release-key") {
+		t.Errorf("reasons %q / %q", v.PodReason, v.Reason())
 	}
 	err = v.Err()
 	if !errors.Is(err, ErrDenied) || !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "image is not signed by a trusted key") {
@@ -383,8 +386,8 @@ func TestDecideFault(t *testing.T) {
 				if !tc.allowed && v.PodReason != "image policy sig could not decide; refused (see the node's log)" {
 					t.Errorf("pod reason %q", v.PodReason)
 				}
-				if !strings.Contains(v.Reason, "plugin timed out after 30s") || !strings.Contains(v.Reason, "failurePolicy "+string(tc.policy)) {
-					t.Errorf("reason %q", v.Reason)
+				if !strings.Contains(v.Reason(), "plugin timed out after 30s") || !strings.Contains(v.Reason(), "failurePolicy "+string(tc.policy)) {
+					t.Errorf("reason %q", v.Reason())
 				}
 			}
 			if f.calls() != 2 {

@@ -68,11 +68,11 @@ echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","allowed":false,"podRea
 				if err != nil {
 					t.Fatal(err)
 				}
-				if vd.Allowed != (policy == Ignore) || !strings.Contains(vd.Reason, tc.cause) {
-					t.Errorf("allowed %v, reason %q: want allowed %v and %q", vd.Allowed, vd.Reason, policy == Ignore, tc.cause)
+				if vd.Allowed != (policy == Ignore) || !strings.Contains(vd.Reason(), tc.cause) {
+					t.Errorf("allowed %v, reason %q: want allowed %v and %q", vd.Allowed, vd.Reason(), policy == Ignore, tc.cause)
 				}
-				if strings.Contains(vd.Reason, "s3cret-pw") {
-					t.Errorf("the reason quotes the plugin's output: %q", vd.Reason)
+				if strings.Contains(vd.Reason(), "s3cret-pw") {
+					t.Errorf("the reason quotes the plugin's output: %q", vd.Reason())
 				}
 			})
 		}

@@ -37,23 +37,23 @@ func (e *Engine) Explain(s Subject) Explanation {
 	set := e.set.Load()
 	ns := set.namespaceOf(&s)
 	x := Explanation{Namespace: ns, ConfigHash: set.config.Hash}
-	repo := parsedRepository(s.Repository)
+	matching := set.matchingImage(s.Repository)
 	keys := s.cacheKeys()
 	var refusedBy string
 	var toRun []string
 	applying := 0
-	for _, p := range set.providers {
+	for i, p := range set.providers {
 		pe := ProviderExplanation{Provider: p.cfg.Name, FailurePolicy: p.cfg.FailurePolicy, SendCredentials: p.cfg.SendCredentials,
 			AllowCacheDuration: p.cfg.AllowCacheDuration, DenyCacheDuration: p.cfg.DenyCacheDuration}
 		switch {
 		case !p.match.coversNamespace(ns):
 			pe.Why = fmt.Sprintf("namespace %q is not in its namespaces (%s)", ns, strings.Join(p.cfg.Namespaces, ", "))
-		case !p.match.matchesImage(repo):
+		case !matching[i]:
 			pe.Why = fmt.Sprintf("repository %s matches none of its matchImages (%s)", s.Repository, strings.Join(p.cfg.MatchImages, ", "))
 		default:
 			pe.Applies = true
 			applying++
-			if repo == nil {
+			if s.Repository == "" {
 				pe.Why = "the image is known by ID only: every provider of the namespace applies"
 			} else {
 				pe.Why = "its namespaces and matchImages cover the image"

@@ -64,7 +64,7 @@ func TestThroughTheEngine(t *testing.T) {
 	}
 	other := "sha256:" + strings.Repeat("6", 64)
 	c, _ = e.Decide(ctx, imagepolicy.Subject{Call: imagepolicy.CallCreateContainer, Image: other[:19], ImageID: other, Pod: imagepolicy.Pod{Namespace: "secure"}})
-	if c.Allowed || !strings.Contains(c.Reason, "known by ID only") {
+	if c.Allowed || !strings.Contains(c.Reason(), "known by ID only") {
 		t.Errorf("create of an image by ID that no pull allowed: %+v", c)
 	}
 }
