@@ -352,7 +352,7 @@ func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 	v := Verdict{Namespace: ns, generation: set.generation, repository: s.Repository}
 	if err := s.validate(); err != nil {
 		v.invalid, v.PodReason = err, "image policy: the image cannot be identified"
-		e.metrics.decisions.WithLabelValues("", string(s.Call), resultFailedClosed, "").Inc()
+		e.metrics.decisions.WithLabelValues("", "invalid", resultFailedClosed, "").Inc() // not the call: it may be anything
 		e.log.WarnContext(ctx, "image policy: refused an image it cannot identify", "image", s.Image, "namespace", ns, "err", err)
 		return v, err
 	}

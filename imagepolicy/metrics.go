@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, cacheSizes func() map[string]int) (*m
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "image_policy", Name: "decisions_total",
-			Help: "Image policy decisions, by provider (empty when none applied), call (PullImage, CreateContainer, ImageVolume), result (allowed, denied, failed_closed, failed_open, no_provider) and source (plugin, cache).",
+			Help: "Image policy decisions, by provider (empty when none applied), call (PullImage, CreateContainer, ImageVolume; invalid for a subject that cannot be decided on), result (allowed, denied, failed_closed, failed_open, no_provider) and source (plugin, cache).",
 		}, []string{"provider", "call", "result", "source"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "image_policy", Name: "plugin_calls_total",
