@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -72,16 +73,16 @@ func (p *Policy) Decide(ctx context.Context, req *policyapi.ImagePolicyRequest) 
 	ns, repo := req.Pod.Namespace, req.Repository
 	np := p.forImage(ns, repo)
 	if np == nil {
-		return policyapi.Deny(fmt.Sprintf("no policy of %s covers namespace %q and repository %q", p.File, ns, repo),
+		return policyapi.Deny(clip(fmt.Sprintf("no policy of %s covers namespace %q and repository %q", p.File, ns, repo)),
 			fmt.Sprintf("no signature policy for this image in namespace %s", ns))
 	}
 	if repo == "" || req.Digest == "" {
-		return policyapi.Deny(fmt.Sprintf("policy %s: the image %s is known by ID only (no repository and manifest digest): its signatures cannot be looked up", np.name, req.Image),
+		return policyapi.Deny(clip(fmt.Sprintf("policy %s: the image %s is known by ID only (no repository and manifest digest): its signatures cannot be looked up", np.name, req.Image)),
 			"signatures cannot be checked for an image named by ID; use its name")
 	}
 	reg, err := p.newRegistry(ctx, repo, req.Credential)
 	if err != nil {
-		return policyapi.Deny(fmt.Sprintf("policy %s: %v", np.name, err), "signature check failed: bad repository")
+		return policyapi.Deny(clip(fmt.Sprintf("policy %s: %v", np.name, err)), "signature check failed: bad repository")
 	}
 	cands, err := reg.find(req.Digest)
 	if err != nil {
@@ -93,7 +94,7 @@ func (p *Policy) Decide(ctx context.Context, req *policyapi.ImagePolicyRequest) 
 		return resp
 	}
 	if len(cands) == 0 {
-		return policyapi.Deny(fmt.Sprintf("policy %s: no signature of %s@%s (cosign tag %s.sig, OCI referrers)", np.name, repo, req.Digest, strings.Replace(req.Digest, ":", "-", 1)),
+		return policyapi.Deny(clip(fmt.Sprintf("policy %s: no signature of %s@%s (cosign tag %s.sig, OCI referrers)", np.name, repo, req.Digest, strings.Replace(req.Digest, ":", "-", 1))),
 			"image is not signed")
 	}
 	var tried []string
@@ -102,7 +103,7 @@ func (p *Policy) Decide(ctx context.Context, req *policyapi.ImagePolicyRequest) 
 		for i := range cands {
 			err := a.verifyCandidate(&cands[i], req.Digest)
 			if err == nil {
-				return policyapi.Allow(fmt.Sprintf("policy %s: %s@%s is signed by authority %s (%s), %s", np.name, repo, req.Digest, a.name, a.describe, cands[i].where))
+				return policyapi.Allow(clip(fmt.Sprintf("policy %s: %s@%s is signed by authority %s (%s), %s", np.name, repo, req.Digest, a.name, a.describe, cands[i].where)))
 			}
 			whys = append(whys, fmt.Sprintf("%s: %v", cands[i].where, err))
 		}
@@ -112,8 +113,15 @@ func (p *Policy) Decide(ctx context.Context, req *policyapi.ImagePolicyRequest) 
 		"no valid signature by a trusted key or identity")
 }
 
-// clip keeps an operator's reason within the API's bound.
+// clip keeps an operator's reason within the API's bounds: a registry's
+// error text is the registry's to choose, control characters included.
 func clip(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 	const max = policyapi.MaxReason - len("…(truncated)")
 	if len(s) <= max {
 		return s

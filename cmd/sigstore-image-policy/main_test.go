@@ -371,3 +371,22 @@ policies:
 	}
 
 }
+
+func TestClip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, in, want string }{
+		{"a registry's control characters are replaced, lines and tabs kept", "UNAUTHORIZED\r\x1b[31m\n\tx", "UNAUTHORIZED??[31m\n\tx"},
+		{"invalid UTF-8 is replaced", "a\xffb", "a?b"},
+		{"a long reason is cut to the API's bound", strings.Repeat("é", 3000), strings.Repeat("é", (policyapi.MaxReason-len("…(truncated)"))/2) + "…(truncated)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := clip(tc.in)
+			if got != tc.want {
+				t.Errorf("clip(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if _, err := policyapi.EncodeResponse(policyapi.V1alpha1, policyapi.Deny(got, "x")); err != nil {
+				t.Errorf("the clipped reason is refused: %v", err)
+			}
+		})
+	}
+}
