@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -96,7 +97,8 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) {
 	fs.BoolVar(&e.Enabled, "ensure-secret-pulled-images", e.Enabled, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
 	fs.StringVar(&e.ImagePullCredentialsVerificationPolicy, "image-pull-credentials-verification-policy", e.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
 	fs.StringVar(&e.DatabasePath, "ensure-database", e.DatabasePath, "the records database (bbolt)")
-	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root only)")
+	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root, and --admin-group)")
+	fs.StringVar(&e.AdminGroup, "admin-group", e.AdminGroup, "group that may use the records admin socket besides root, a name or a GID (checked on each caller's credentials)")
 }
 
 // sectionFlags are the flags that make an optional section present.
@@ -220,6 +222,10 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration, reload func() (*
 	var guard *ensure.Guard
 	var adminListener net.Listener
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
+		callers, adminOpts, err := adminSocketAccess(e.AdminGroup, activated)
+		if err != nil {
+			return err
+		}
 		var store *records.Store
 		var retry func(context.Context)
 		guard, store, retry, err = newGuard(ctx, e, backend, identity, accounts, log, reg)
@@ -236,14 +242,14 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration, reload func() (*
 		if store != nil {
 			defer store.Close()
 			background = append(background, func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
-			l, err := unixsock.Listen(e.AdminSocket, unixsock.Options{Mode: 0o600, Activated: activated})
+			l, err := unixsock.Listen(e.AdminSocket, adminOpts)
 			if err != nil {
 				return fmt.Errorf("admin socket: %w", err)
 			}
 			adminListener = l
-			adminServer = &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Core: guard, Daemon: guard}), ReadHeaderTimeout: 10 * time.Second}
+			adminServer = admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard}, callers, log)
 		}
-		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "maxRecordAge", e.MaxRecordAge.Duration, "maxRecordAgeByRepository", len(e.MaxRecordAgeByRepository), "database", e.DatabasePath, "adminSocket", e.AdminSocket, "recordsAvailable", store != nil)
+		log.Info("ensure secret-pulled images on", "policy", e.ImagePullCredentialsVerificationPolicy, "maxRecordAge", e.MaxRecordAge.Duration, "maxRecordAgeByRepository", len(e.MaxRecordAgeByRepository), "database", e.DatabasePath, "adminSocket", e.AdminSocket, "adminCallers", callers.String(), "recordsAvailable", store != nil)
 	}
 	reloader, err := newReloader(reload, cfg, injector, guard, log, reg)
 	if err != nil {
@@ -354,6 +360,21 @@ func serve(ctx context.Context, cfg *config.ProxyConfiguration, reload func() (*
 		return nil
 	}
 	return err
+}
+
+// adminSocketAccess says who may use the admin socket (root, and group
+// when set) and how to make it: mode 0600, or 0660 of that group. The
+// server checks each caller's credentials as well (admin.NewServer), so a
+// socket systemd made with another mode is held to the same rule.
+func adminSocketAccess(group string, activated map[string]net.Listener) (admin.Callers, unixsock.Options, error) {
+	if group == "" {
+		return admin.Callers{}, unixsock.Options{Mode: 0o600, Activated: activated}, nil
+	}
+	gid, err := unixsock.LookupGroup(group)
+	if err != nil {
+		return admin.Callers{}, unixsock.Options{}, fmt.Errorf("ensureSecretPulledImages.adminGroup: %w", err)
+	}
+	return admin.Callers{Group: uint32(gid), HasGroup: true}, unixsock.Options{Mode: 0o660, Group: strconv.Itoa(gid), Activated: activated}, nil
 }
 
 // newSecureMonitoring is the TLS /metrics endpoint, its callers reviewed
