@@ -116,6 +116,10 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 		report("ensure policy "+e.ImagePullCredentialsVerificationPolicy, err, false)
 		what, err := checkDatabase(e.DatabasePath)
 		report(what, err, true)
+		if e.AdminGroup != "" {
+			_, _, err := adminSocketAccess(e.AdminGroup, nil)
+			report("admin group "+e.AdminGroup, err, false)
+		}
 	}
 	return problems
 }
