@@ -42,6 +42,15 @@ func TestMetricsAreDocumented(t *testing.T) {
 		t.Fatalf("%v\n%s", r.Err, r.Stderr)
 	}
 	crictl(t, p.ep, "inspecti", img)
+	// An image pulled with a pod's own credentials, then looked up without
+	// any: a must-verify decision (the injected pull above is node-wide).
+	imgA := testRig.Registry + "/" + rig.TeamAImage
+	crictl(t, direct(), "rmi", imgA)
+	t.Cleanup(func() { crictl(t, direct(), "rmi", imgA) })
+	if r := newTenant(t, "docs-tenant-a", "alice:"+rig.Users["alice"]).pull(t, p.ep, imgA); r.Err != nil {
+		t.Fatalf("%v\n%s", r.Err, r.Stderr)
+	}
+	crictl(t, p.ep, "inspecti", imgA)
 	if err := p.proc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
