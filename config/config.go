@@ -123,6 +123,12 @@ type EnsureSecretPulledImages struct {
 	// AdminSocket serves the records API for cri-image-proxy records
 	// (mode 0600: root only). Default: /run/cri-image-proxy/admin.sock.
 	AdminSocket string `json:"adminSocket,omitempty"`
+	// AdminGroup, a name or a GID, may use the admin socket as well as
+	// root (the socket is then mode 0660, of that group). Empty: root only.
+	// The daemon checks every caller's uid and groups on the socket itself,
+	// so this holds whatever the file's mode (systemd's, under socket
+	// activation).
+	AdminGroup string `json:"adminGroup,omitempty"`
 	// MaxRecordAge, when set, is how long a verified credential is re-used
 	// before it must be verified again against the registry (the KEP's
 	// dropped recheck period): an IfNotPresent pod then pulls, a Never

@@ -16,6 +16,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -112,6 +113,13 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 		report("ensure policy "+e.ImagePullCredentialsVerificationPolicy, err, false)
 		what, err := checkDatabase(e.DatabasePath)
 		report(what, err, true)
+		if e.AdminGroup != "" {
+			_, err := unixsock.LookupGroup(e.AdminGroup)
+			if err != nil {
+				err = fmt.Errorf("ensureSecretPulledImages.adminGroup: %w", err)
+			}
+			report("admin group "+e.AdminGroup, err, false)
+		}
 	}
 	return problems
 }

@@ -83,7 +83,8 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) []boundSe
 	fs.BoolVar(&e.Enabled, "ensure-secret-pulled-images", e.Enabled, "enforce KEP-2535: an image pulled with credentials goes only to pods whose credentials were verified for it")
 	fs.StringVar(&e.ImagePullCredentialsVerificationPolicy, "image-pull-credentials-verification-policy", e.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
 	fs.StringVar(&e.DatabasePath, "ensure-database", e.DatabasePath, "the records database (bbolt)")
-	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root only)")
+	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root, and --admin-group)")
+	fs.StringVar(&e.AdminGroup, "admin-group", e.AdminGroup, "group that may use the records admin socket besides root, a name or a GID (checked on each caller's credentials)")
 	var bound []boundSection
 	for _, s := range optionalSections {
 		bound = append(bound, s.bind(fs, cfg))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -45,6 +46,10 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	if err != nil {
 		return nil, err
 	}
+	callers, adminOpts, err := adminSocketAccess(e.AdminGroup)
+	if err != nil {
+		return nil, err
+	}
 	store, err := records.Open(e.DatabasePath, records.Options{})
 	if err != nil {
 		// The proxy is the kubelet's runtime endpoint: refusing to start
@@ -66,12 +71,12 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	}
 	d.settleIntents(ctx, guard)
 	d.background(func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
-	l, err := d.listen(e.AdminSocket, unixsock.Options{Mode: 0o600})
+	l, err := d.listen(e.AdminSocket, adminOpts)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
-	d.log.Info("ensure secret-pulled images on", ensureAttrs(e, true)...)
-	return newEnforcement(guard, adminAPI(l, store, guard)), nil
+	d.log.Info("ensure secret-pulled images on", append(ensureAttrs(e, true), "adminCallers", callers.String())...)
+	return newEnforcement(guard, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard}, callers, d.log))), nil
 }
 
 // settleIntents settles the pull intents a crash left, now, or when that
@@ -99,9 +104,23 @@ func (d *daemon) settleIntents(ctx context.Context, guard *ensure.Guard) {
 	}
 }
 
-// adminAPI serves the records admin API on l.
-func adminAPI(l net.Listener, store *records.Store, guard *ensure.Guard) *component {
-	srv := &http.Server{Handler: admin.NewHandler(&admin.Local{Store: store, Core: guard, Daemon: guard}), ReadHeaderTimeout: 10 * time.Second}
+// adminSocketAccess says who may use the admin socket (root, and group
+// when set) and how to make it: mode 0600, or 0660 of that group. The
+// server checks each caller's credentials as well (admin.NewServer), so a
+// socket systemd made with another mode is held to the same rule.
+func adminSocketAccess(group string) (admin.Callers, unixsock.Options, error) {
+	if group == "" {
+		return admin.Callers{}, unixsock.Options{Mode: 0o600}, nil
+	}
+	gid, err := unixsock.LookupGroup(group)
+	if err != nil {
+		return admin.Callers{}, unixsock.Options{}, fmt.Errorf("ensureSecretPulledImages.adminGroup: %w", err)
+	}
+	return admin.Callers{Group: uint32(gid), HasGroup: true}, unixsock.Options{Mode: 0o660, Group: strconv.Itoa(gid)}, nil
+}
+
+// adminAPI serves the records admin API (srv) on l.
+func adminAPI(l net.Listener, srv *http.Server) *component {
 	return &component{
 		serve: func(context.Context) error {
 			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
