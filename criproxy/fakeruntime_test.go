@@ -2,6 +2,7 @@ package criproxy
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -89,6 +90,13 @@ func (f *fakeRuntime) PullImage(ctx context.Context, r *runtimeapi.PullImageRequ
 	f.mu.Lock()
 	f.lastPull = r
 	f.mu.Unlock()
+	if r.GetImage().GetImage() == "quote-auth" {
+		// containerd 1.6 on an auth that decodes to no "user:password".
+		a := r.GetAuth()
+		dec, _ := base64.StdEncoding.DecodeString(a.GetAuth())
+		return nil, status.Errorf(codes.Unknown, "failed to pull and unpack image %q: invalid decoded auth: %q; password %s; token %s/%s",
+			r.GetImage().GetImage(), dec, a.GetPassword(), a.GetIdentityToken(), a.GetRegistryToken())
+	}
 	if r.GetImage().GetImage() == "slow" {
 		select {
 		case <-time.After(time.Second):

@@ -36,7 +36,10 @@ func New(backend *Backend, opts Options) (*Server, error) {
 	if err := checkInterceptors(opts.Interceptors); err != nil {
 		return nil, err
 	}
-	s := &Server{backend: backend, interceptors: opts.Interceptors, log: opts.Logger}
+	// The secret scrub is outermost on PullImage: nothing the runtime or a
+	// hook says about the request's credential leaves the proxy.
+	interceptors := append([]Interceptor{Intercept(PullImage, scrubPullSecrets)}, opts.Interceptors...)
+	s := &Server{backend: backend, interceptors: interceptors, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -57,9 +57,20 @@ func typedMethod[Req any, PReq interface {
 	return grpc.MethodDesc{
 		MethodName: name,
 		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			req := PReq(new(Req))
-			if err := dec(req); err != nil {
+			// The frame is decoded here, not by gRPC: gRPC answers a request
+			// it cannot decode (invalid UTF-8 in a string field, a truncated
+			// message) with Internal, written before the handler could say
+			// otherwise. It is the caller's mistake: InvalidArgument, as on
+			// the filtered path, the same on every intercepted method.
+			in := new(frame)
+			if err := dec(in); err != nil {
 				return nil, err
+			}
+			req := PReq(new(Req))
+			err := proto.Unmarshal(contiguous(in.data), req)
+			in.free()
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "decode %s request: %v", name, err)
 			}
 			return serve(ctx, req, interceptor)
 		},

@@ -1,0 +1,87 @@
+package criproxy
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// scrubPullSecrets is the outermost hook of every PullImage. The runtime
+// may quote the request's credential in its error (containerd 1.6 answers
+// an auth that decodes to no "user:password" with `invalid decoded auth:
+// "<what it decoded>"`), and the proxy passes errors on: every credential
+// field of the request, as sent, decoded and quoted, is cut out of the
+// error before it is returned, logged or counted. The code stays.
+func scrubPullSecrets(ctx context.Context, req *runtimeapi.PullImageRequest, next Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+	resp, err := next(ctx, req)
+	if err == nil {
+		return resp, nil
+	}
+	return nil, ScrubError(err, PullSecrets(req.GetAuth())...)
+}
+
+// PullSecrets lists the forms a pull's credential may take in a runtime's
+// message: each secret field as sent, the auth field decoded, and the
+// password within it.
+func PullSecrets(a *runtimeapi.AuthConfig) []string {
+	if a == nil {
+		return nil
+	}
+	out := []string{a.GetPassword(), a.GetAuth(), a.GetIdentityToken(), a.GetRegistryToken()}
+	if dec, err := base64.StdEncoding.DecodeString(a.GetAuth()); err == nil {
+		out = append(out, string(dec))
+		if _, pass, ok := strings.Cut(string(dec), ":"); ok {
+			out = append(out, pass)
+		}
+	}
+	return out
+}
+
+// redacted replaces a secret in a message.
+const redacted = "<redacted>"
+
+// ScrubError returns err with every non-empty secret, and its %q-quoted
+// form, cut out of its message; a gRPC status keeps its code (its details,
+// which could quote it too, are dropped). err itself when none occurs.
+func ScrubError(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	msg := scrub(st.Message(), secrets)
+	if msg == st.Message() && len(st.Details()) == 0 {
+		return err
+	}
+	if msg == st.Message() {
+		return err
+	}
+	return status.Error(st.Code(), msg)
+}
+
+func scrub(msg string, secrets []string) string {
+	// Longest first, so that a secret containing another goes whole.
+	for _, s := range longestFirst(secrets) {
+		if s == "" {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, s, redacted)
+		if q := strconv.Quote(s); len(q) > 2 {
+			msg = strings.ReplaceAll(msg, q[1:len(q)-1], redacted)
+		}
+	}
+	return msg
+}
+
+func longestFirst(ss []string) []string {
+	out := append([]string(nil), ss...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && len(out[j]) > len(out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
