@@ -2,6 +2,9 @@ package ensure
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -10,6 +13,11 @@ import (
 
 // PullImage is the CRI adapter of Pull.
 func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+	if req.GetImage().GetImage() == "" {
+		// The caller's mistake: InvalidArgument, naming the field, nothing
+		// forwarded.
+		return nil, fmt.Errorf("image.image: required: %w", errdefs.ErrInvalidArgument)
+	}
 	var forwarded *runtimeapi.PullImageResponse
 	ref, err := g.Pull(ctx, PullRequest{Image: req.GetImage().GetImage(), Pod: podOf(req.GetSandboxConfig()), Auth: authOf(req.GetAuth())},
 		func(ctx context.Context) (string, error) {
