@@ -77,6 +77,8 @@ type Guard struct {
 	// records, the policy, the runtime and the pulls in flight.
 	Decider
 	grants *grantTable
+	// writes follows the records database's writes (the store is wrapped).
+	writes *writeHealth
 	hidden *hideTable
 	// refs order a pull's record against RemoveImage's forget.
 	refs     *refLocks
@@ -101,7 +103,8 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		grants: newGrantTable(), refs: newRefLocks(),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts,
 	}
-	leftover, err := g.Decider.init(store, policy, rt, opts.Logger)
+	g.writes = &writeHealth{}
+	leftover, err := g.Decider.init(watchedStore{store, g.writes}, policy, rt, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +127,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 			return -1, -1
 		}
 		return r, i
-	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil })
+	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil }, func() bool { return g.RecordsWritable() == nil })
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ type metrics struct {
 	recordErr prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func() int, available func() bool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func() int, available, writable func() bool) (*metrics, error) {
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "cri_image_proxy", Subsystem: "ensure", Name: name, Help: help}
 	}
@@ -45,16 +45,22 @@ func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func
 		gauge("ondisk_pulledrecords", "Image records in the database.", func() float64 { r, _ := counts(); return float64(r) }),
 		gauge("ondisk_pullintents", "Pull intents in the database (pulls in flight, or left by a crash until the next start).", func() float64 { _, i := counts(); return float64(i) }),
 		gauge("pod_grants", "Images granted to pods, in memory.", func() float64 { return float64(grants()) }),
-		gauge("records_available", "1 when the records database is open; 0 when it could not be opened at start: every image that needs verification is then refused until it is fixed and the proxy restarted (see the log).", func() float64 {
-			if available() {
-				return 1
-			}
-			return 0
-		}),
+		gauge("records_available", "1 when the records database is open; 0 when it could not be opened at start: every image that needs verification is then refused until it is fixed and the proxy restarted (see the log).", boolGauge(available)),
+		gauge("records_writable", "1 while the records database takes writes; 0 from a write that failed (a full or read-only filesystem: pulls are refused, or their images need verification by every pod) until one succeeds again.", boolGauge(writable)),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// boolGauge is 1 when f says so, else 0.
+func boolGauge(f func() bool) func() float64 {
+	return func() float64 {
+		if f() {
+			return 1
+		}
+		return 0
+	}
 }

@@ -22,9 +22,13 @@ func (g *Guard) Status(ctx context.Context, req *runtimeapi.StatusRequest, next 
 		return resp, err
 	}
 	c := &runtimeapi.RuntimeCondition{Type: RecordsCondition, Status: true, Reason: "RecordsDatabaseOpen"}
-	if g.RecordsAvailable() != nil {
+	switch {
+	case g.RecordsAvailable() != nil:
 		c.Status, c.Reason = false, "RecordsDatabaseUnavailable"
 		c.Message = "images that need verification are refused until the records database is fixed and the proxy restarted; see its log"
+	case g.writes.failing.Load() != nil:
+		c.Status, c.Reason = false, "RecordsDatabaseNotWritable"
+		c.Message = "the records database does not take writes (" + g.writes.failing.Load().cause + "): pulls are refused or their images need verification by every pod until a write succeeds again; see the proxy's log"
 	}
 	resp.Status.Conditions = append(resp.Status.Conditions, c)
 	return resp, nil

@@ -3,7 +3,9 @@ package ensure_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -62,4 +64,57 @@ func TestStatusCarriesTheRecordsCondition(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
+}
+
+// TestADatabaseThatCannotWriteSaysSo: while the records database's writes
+// fail (a full or read-only filesystem), the records condition in the
+// runtime's status and the guard's readiness say so, with the kind of
+// cause and not its path; once a write succeeds again they recover by
+// themselves.
+func TestADatabaseThatCannotWriteSaysSo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cause error
+		want  string
+	}{
+		{"a full filesystem", &os.PathError{Op: "write", Path: "/var/lib/cri-image-proxy/ensure.db", Err: syscall.ENOSPC}, "no space"},
+		{"a read-only filesystem", &os.PathError{Op: "open", Path: "/var/lib/cri-image-proxy/ensure.db", Err: syscall.EROFS}, "read-only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			mem := s.store.(*ensuretest.MemoryStore)
+			condition := func() *runtimeapi.RuntimeCondition {
+				resp, err := s.guard.Status(context.Background(), &runtimeapi.StatusRequest{}, func(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+					return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{}}, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Status.Conditions[0]
+			}
+			mem.FailWrites = tc.cause
+			if got := s.start(podA, private, "IfNotPresent"); got != running {
+				t.Fatalf("A: %s", got)
+			}
+			c := condition()
+			if c.Status || c.Reason != "RecordsDatabaseNotWritable" || !strings.Contains(c.Message, tc.want) || strings.Contains(c.Message, "/var/lib") {
+				t.Errorf("while writes fail: condition %v, want false, RecordsDatabaseNotWritable, saying %q without the path", c, tc.want)
+			}
+			if err := s.guard.Ready(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("while writes fail: ready %v, want an error saying %q", err, tc.want)
+			}
+			mem.FailWrites = nil
+			if got := s.start(podA, private, "IfNotPresent"); got != running {
+				t.Fatalf("A again: %s", got)
+			}
+			if c := condition(); !c.Status || c.Reason != "RecordsDatabaseOpen" {
+				t.Errorf("once a write succeeded: condition %v, want true", c)
+			}
+			if err := s.guard.Ready(context.Background()); err != nil {
+				t.Errorf("once a write succeeded: ready %v", err)
+			}
+		})
+	}
 }

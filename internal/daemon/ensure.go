@@ -164,7 +164,7 @@ func newEnforcement(guard *ensure.Guard, admin *component) *enforcement {
 	return &enforcement{
 		guard:        guard,
 		interceptors: guard.Interceptors(),
-		readyChecks:  []monitoring.ReadyFunc{func(context.Context) error { return guard.RecordsAvailable() }},
+		readyChecks:  []monitoring.ReadyFunc{guard.Ready},
 		admin:        admin,
 	}
 }
