@@ -58,6 +58,11 @@
 // Update this drawing with every schema change; each change bumps the
 // version and comes with a migration and its test.
 //
+// The credential model and the kubelet's rules for it (MergeCredential,
+// SameSecret, CredentialKeys) are in credential.go and know nothing of
+// bbolt; the store is store.go over the layout of buckets.go and the
+// migrations; the repos index is restricted.go, the record cache cache.go.
+//
 // Every write is committed (fsync) before the CRI answer that depends on it.
 // A second process opening the file fails after Options.OpenTimeout instead
 // of hanging on the file lock.
