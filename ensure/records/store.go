@@ -45,6 +45,10 @@ type Store struct {
 	path  string
 	repos repoIndex
 	cache recordCache
+
+	// afterRead, when set (by tests only), runs between a cache miss's
+	// read and its store into the cache: the window a write can race.
+	afterRead func()
 }
 
 // ErrLocked is Open's error when another process holds the file (a
@@ -157,6 +161,7 @@ func (s *Store) Get(imageRef string) (*Record, error) {
 	if r, ok := s.cache.get(imageRef); ok {
 		return r, nil
 	}
+	gen := s.cache.generation() // before the read: see recordCache
 	var r *Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := recordsBucket(tx).Get([]byte(imageRef))
@@ -167,8 +172,11 @@ func (s *Store) Get(imageRef string) (*Record, error) {
 		r, err = decodeRecord([]byte(imageRef), v)
 		return err
 	})
+	if s.afterRead != nil {
+		s.afterRead()
+	}
 	if err == nil {
-		s.cache.put(imageRef, r)
+		s.cache.put(imageRef, r, gen)
 	}
 	return r, err
 }
