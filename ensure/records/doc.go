@@ -16,7 +16,12 @@
 //   - The layout is versioned and migrated forward at open; a database
 //     written by a newer version is refused, never rewritten.
 //   - Open with ReadOnly never writes (the records tools); a missing file
-//     is created only by a read-write open, 0600 in a 0700 directory.
+//     is created only by a read-write open, 0600 in a 0700 directory,
+//     initialised aside and linked into place whole. Only an absent file
+//     is created: an existing one that is not a whole ensure database
+//     (empty, truncated, garbage, another bbolt layout) is ErrNotADatabase
+//     and left untouched, as bbolt would make an empty file into a new
+//     database (a new salt, no records).
 //   - Undecodable records are skipped by List and reported by key; Get of
 //     one is an error, which callers treat as "verify".
 //

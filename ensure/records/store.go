@@ -3,19 +3,15 @@ package records
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	digest "github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
@@ -49,74 +45,6 @@ type Store struct {
 	// afterRead, when set (by tests only), runs between a cache miss's
 	// read and its store into the cache: the window a write can race.
 	afterRead func()
-}
-
-// ErrLocked is Open's error when another process holds the file (a
-// running daemon holds it for as long as it runs).
-var ErrLocked = errors.New("locked by another process")
-
-// Open opens or creates the database at path (mode 0600, its directory
-// 0700), migrating an older layout.
-func Open(path string, opts Options) (*Store, error) {
-	if opts.OpenTimeout <= 0 {
-		opts.OpenTimeout = 2 * time.Second
-	}
-	if !opts.ReadOnly {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("ensure database %s: %w", path, err)
-		}
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		// Without a timeout bolt.Open blocks forever on the flock of
-		// another process holding the file.
-		Timeout:  opts.OpenTimeout,
-		ReadOnly: opts.ReadOnly,
-		// The freelist is kept on disk (bbolt's default). Without it, open
-		// rebuilds it by reading every page, and with 100,000 records the
-		// whole file stayed in the daemon's memory (+105 MiB RSS).
-		NoFreelistSync: false,
-	})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("ensure database %s: %w (is cri-image-proxy running? use its admin socket)", path, ErrLocked)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ensure database %s: %w", path, err)
-	}
-	s := &Store{db: db, path: path, cache: recordCache{max: 4096, m: map[string]*Record{}}}
-	if !opts.ReadOnly {
-		err = db.Update(func(tx *bolt.Tx) error { return initialize(tx, migrations, newSalt) })
-	}
-	if err == nil {
-		err = db.View(func(tx *bolt.Tx) error {
-			meta := metaBucket(tx)
-			if meta == nil || len(meta.Get(keySalt)) != saltLen {
-				return errors.New("not an ensure database (no meta bucket or salt)")
-			}
-			// A read-only open runs no migration: it must still not misread
-			// a newer layout.
-			if v := meta.Get(keyVersion); v != nil {
-				if n, k := binary.Uvarint(v); k > 0 && int(n) > latest(migrations) {
-					return fmt.Errorf("%w (version %d; this build knows up to %d)", errNewerDatabase, n, latest(migrations))
-				}
-			}
-			s.salt = bytes.Clone(meta.Get(keySalt))
-			if reposBucket(tx) == nil {
-				return errors.New("no repos bucket")
-			}
-			return s.repos.load(tx)
-		})
-	}
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("ensure database %s: %w", path, err)
-	}
-	return s, nil
-}
-
-func newSalt() ([]byte, error) {
-	b := make([]byte, saltLen)
-	_, err := rand.Read(b)
-	return b, err
 }
 
 // Close closes the database.
