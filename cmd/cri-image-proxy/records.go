@@ -189,7 +189,11 @@ the database, merged with the records it has, so that a node moving from the kub
 enforcement to the proxy's neither treats its images as preloaded nor pulls everything again.
 The kubelet's pull secret hashes cannot be carried (the schemes differ): those images stay
 "pulled with credentials" and the pods that used the secrets verify again, once. Service
-accounts and node-wide pulls carry over. The daemon must be stopped: it holds the database.`,
+accounts and node-wide pulls carry over. A record that names no repository (the kubelet's
+settled pull intents: every pod verifies) is recorded, with no credential, for every
+repository the runtime (--runtime-endpoint) lists its image under; if there are such records
+and the runtime cannot be asked, nothing is imported. The daemon must be stopped: it holds the
+database.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "kubelet" {
@@ -213,12 +217,22 @@ accounts and node-wide pulls carry over. The daemon must be stopped: it holds th
 				return err
 			}
 			defer store.Close()
-			merged, err := kubeletrecords.Import(store, recs, intents)
+			res, err := kubeletrecords.Import(store, recs, intents, func() ([]records.Image, error) { return f.nodeImages(cmd.Context()) })
+			if errors.Is(err, kubeletrecords.ErrRepositoriesUnknown) {
+				return fmt.Errorf("%w\nstart the runtime (or give --runtime-endpoint) and import again; until then do not start the proxy with these images on the node under NeverVerifyPreloadedImages: it would take them for preloaded ones", err)
+			}
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, merged, rep.Intents, f.database)
+			fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, res.Merged, rep.Intents, f.database)
+			if res.Unmapped > 0 {
+				fmt.Fprintf(out, "%d record(s) of the kubelet named no repository (pulled, every pod verifies): recorded as pulled with no verified credential for the %d repositories the runtime lists their images under", res.Unmapped, res.Repositories)
+				if res.NoRepository > 0 {
+					fmt.Fprintf(out, "; %d of them still name none (their image is not on the node, or has no name)", res.NoRepository)
+				}
+				fmt.Fprintln(out)
+			}
 			if rep.SecretsNotCarried > 0 {
 				fmt.Fprintf(out, "%d pull secret credential(s) of the kubelet were not carried (the hash schemes differ): their images need verification, once, by the pods that use them\n", rep.SecretsNotCarried)
 			}
@@ -388,6 +402,27 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 			c()
 		}
 	}, nil
+}
+
+// nodeImages asks the runtime (--runtime-endpoint) for the node's images
+// and the repositories each is listed under.
+func (f *recordsFlags) nodeImages(ctx context.Context) ([]records.Image, error) {
+	backend, err := criproxy.Dial(f.runtime, "")
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	images, err := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)).Images(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
+	}
+	out := make([]records.Image, 0, len(images))
+	for _, img := range images {
+		out = append(out, records.NodeImage(img.ID, img.Names))
+	}
+	return out, nil
 }
 
 // loadConfig takes the paths and policy from --config, where the flags do

@@ -119,3 +119,18 @@ func mergeSecret(secrets []kubeletconfigv1beta1.ImagePullSecret, cred Credential
 func SameSecret(a, b kubeletconfigv1beta1.ImagePullSecret) bool {
 	return a.UID != "" && a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name
 }
+
+// MarkPulled gives r an empty mapping for each of repos it has none for,
+// and returns how many it added: the image was pulled as that repository
+// with no credential known, so every pod must verify (as MergeCredential
+// with the zero Credential). A mapping r has is left as it is.
+func MarkPulled(r *Record, repos []string) int {
+	n := 0
+	for _, repo := range repos {
+		if _, ok := r.CredentialMapping[repo]; !ok {
+			MergeCredential(r, repo, Credential{})
+			n++
+		}
+	}
+	return n
+}
