@@ -54,13 +54,16 @@ func Restore(path, backup string, present []Image, now time.Time, opts Options) 
 	if same(path, backup) {
 		return rep, fmt.Errorf("the backup %s is the database itself", backup)
 	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return rep, err
+	}
 	unlock, err := lockFile(path, opts.OpenTimeout)
 	if err != nil {
 		return rep, fmt.Errorf("ensure database %s: %w", path, err)
 	}
 	defer unlock()
 
-	dir := filepath.Dir(path)
 	tmp, err := copyAside(backup, dir, filepath.Base(path)+".restore-*")
 	if err != nil {
 		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)

@@ -98,7 +98,6 @@ func TestRestore(t *testing.T) {
 	t.Run("a database that is absent is restored, with nothing to keep", func(t *testing.T) {
 		_, backup := setup(t)
 		path := filepath.Join(t.TempDir(), "state", "ensure.db")
-		os.MkdirAll(filepath.Dir(path), 0o700)
 		rep, err := Restore(path, backup, present, later, Options{})
 		if err != nil || rep.Kept != "" {
 			t.Fatalf("report %+v, %v", rep, err)
