@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // recordsFlags say where the records are: the daemon's admin socket, else
@@ -41,7 +43,8 @@ func newRecordsCmd() *cobra.Command {
 		Short: "Inspect and revoke the ensure-secret-pulled-images records",
 		Long: `Inspect and revoke the records of verified pulls (KEP-2535). While the daemon runs,
 the commands go through its admin socket; otherwise they open the database file
-directly (and the container runtime, for explain and gc).`,
+directly (and the container runtime, for explain and gc). import and restore need the
+daemon stopped.`,
 	}
 	d := config.Default()
 	pf := cmd.PersistentFlags()
@@ -91,6 +94,7 @@ directly (and the container runtime, for explain and gc).`,
 			})},
 		f.exportCmd(),
 		f.importCmd(),
+		f.restoreCmd(),
 	)
 	return cmd
 }
@@ -189,7 +193,11 @@ the database, merged with the records it has, so that a node moving from the kub
 enforcement to the proxy's neither treats its images as preloaded nor pulls everything again.
 The kubelet's pull secret hashes cannot be carried (the schemes differ): those images stay
 "pulled with credentials" and the pods that used the secrets verify again, once. Service
-accounts and node-wide pulls carry over. The daemon must be stopped: it holds the database.`,
+accounts and node-wide pulls carry over. A record that names no repository (the kubelet's
+settled pull intents: every pod verifies) is recorded, with no credential, for every
+repository the runtime (--runtime-endpoint) lists its image under; if there are such records
+and the runtime cannot be asked, nothing is imported. The daemon must be stopped: it holds the
+database.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "kubelet" {
@@ -213,12 +221,22 @@ accounts and node-wide pulls carry over. The daemon must be stopped: it holds th
 				return err
 			}
 			defer store.Close()
-			merged, err := kubeletrecords.Import(store, recs, intents)
+			res, err := kubeletrecords.Import(store, recs, intents, func() ([]records.Image, error) { return f.nodeImages(cmd.Context()) })
+			if errors.Is(err, kubeletrecords.ErrRepositoriesUnknown) {
+				return fmt.Errorf("%w\nstart the runtime (or give --runtime-endpoint) and import again; until then do not start the proxy with these images on the node under NeverVerifyPreloadedImages: it would take them for preloaded ones", err)
+			}
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, merged, rep.Intents, f.database)
+			fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, res.Merged, rep.Intents, f.database)
+			if res.Unmapped > 0 {
+				fmt.Fprintf(out, "%d record(s) of the kubelet named no repository (pulled, every pod verifies): recorded as pulled with no verified credential for the %d repositories the runtime lists their images under", res.Unmapped, res.Repositories)
+				if res.NoRepository > 0 {
+					fmt.Fprintf(out, "; %d of them still name none (their image is not on the node, or has no name)", res.NoRepository)
+				}
+				fmt.Fprintln(out)
+			}
 			if rep.SecretsNotCarried > 0 {
 				fmt.Fprintf(out, "%d pull secret credential(s) of the kubelet were not carried (the hash schemes differ): their images need verification, once, by the pods that use them\n", rep.SecretsNotCarried)
 			}
@@ -230,6 +248,143 @@ accounts and node-wide pulls carry over. The daemon must be stopped: it holds th
 	cmd.Flags().StringVar(&format, "format", "", "the records' format: kubelet")
 	cmd.Flags().BoolVar(&create, "create", false, "create the database when it does not exist")
 	return cmd
+}
+
+func (f *recordsFlags) restoreCmd() *cobra.Command {
+	var preloaded []string
+	var preloadedFrom string
+	cmd := &cobra.Command{Use: "restore FILE [--preloaded IMAGE]... [--preloaded-from LIST]", Short: "Install a backup of the database (the daemon stopped); images it does not know verify once",
+		Long: `Install FILE, a copy of the records database, in place of the database. Every image on the
+node (asked of the runtime, --runtime-endpoint) that the backup does not know, as a whole or as
+one of the repositories it is listed under, is recorded as pulled with no verified credential:
+every pod verifies it once, as for a pull whose credential is unknown. An older backup thus never
+makes an image pulled since it was taken pass for a preloaded one. Name the images that really
+are preloaded with --preloaded (a name: that repository of the image; an ID: the whole image) or
+--preloaded-from (a file, one a line, # comments): they are left as the backup has them.
+
+The backup is checked, copied beside the database, migrated and marked there, synced, then
+renamed over the database; the file it replaces is kept beside it as
+<database>.before-restore-<time>. Nothing changes if the runtime cannot be asked, a --preloaded
+image is not on the node, or the backup is not a whole database.
+
+The daemon must be stopped (systemctl stop cri-image-proxy): it holds the database, and its
+records in memory would outlive the restore. Start it afterwards; the pull intents the backup
+holds are settled then, as after a crash.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.loadConfig(cmd); err != nil {
+				return err
+			}
+			if _, err := admin.Dial(f.adminSocket); err == nil {
+				return fmt.Errorf("the daemon answers on %s and holds the database: stop it (systemctl stop cri-image-proxy), restore, then start it (nothing restored)", f.adminSocket)
+			}
+			names, err := readPreloaded(preloaded, preloadedFrom)
+			if err != nil {
+				return fmt.Errorf("%w (nothing restored)", err)
+			}
+			images, err := f.listImages(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("the images on the node must be known to mark those the backup does not know: %w (nothing restored; start the runtime, or give --runtime-endpoint)", err)
+			}
+			present, err := withoutPreloaded(images, names)
+			if err != nil {
+				return fmt.Errorf("%w (nothing restored)", err)
+			}
+			rep, err := records.Restore(f.database, args[0], present, time.Now(), records.Options{})
+			if err != nil {
+				return fmt.Errorf("%w (nothing restored)", err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "restored %s into %s\n", args[0], f.database)
+			if rep.Kept != "" {
+				fmt.Fprintf(out, "the database it replaced is kept as %s\n", rep.Kept)
+			}
+			fmt.Fprintf(out, "%d image(s) on the node the backup did not know (%d repositories) recorded as pulled with no verified credential: every pod verifies them once\n", rep.Images, rep.Repositories)
+			if len(names) > 0 {
+				fmt.Fprintf(out, "left as the backup has them, named preloaded: %s\n", strings.Join(names, ", "))
+			}
+			if rep.Unreadable > 0 {
+				fmt.Fprintf(out, "%d record(s) of the backup could not be read and were left: their images need verification\n", rep.Unreadable)
+			}
+			return nil
+		}}
+	cmd.Flags().StringArrayVar(&preloaded, "preloaded", nil, "an image on the node that is preloaded (a name, or an ID for all its names); repeat for more")
+	cmd.Flags().StringVar(&preloadedFrom, "preloaded-from", "", "a file of preloaded images, one a line (# comments)")
+	return cmd
+}
+
+// readPreloaded joins --preloaded and the lines of --preloaded-from.
+func readPreloaded(flags []string, file string) ([]string, error) {
+	names := slices.Clone(flags)
+	if file == "" {
+		return names, nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--preloaded-from: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line, _, _ = strings.Cut(line, "#"); strings.TrimSpace(line) != "" {
+			names = append(names, strings.TrimSpace(line))
+		}
+	}
+	return names, nil
+}
+
+// withoutPreloaded is the node's images less those named preloaded: an ID
+// takes out the whole image, a name the repository it names (and the
+// image when none of its repositories is left). A name or ID that matches
+// no image is an error: the operator meant something else.
+func withoutPreloaded(images []ensure.Image, preloaded []string) ([]records.Image, error) {
+	wholly := map[string]bool{}            // image ID
+	byRepo := map[string]map[string]bool{} // image ID -> repository
+	for _, p := range preloaded {
+		found := false
+		for _, img := range images {
+			switch {
+			case imageref.IsID(p):
+				if img.ID == p || img.ID == "sha256:"+p {
+					wholly[img.ID], found = true, true
+				}
+			case listedAs(img, p):
+				repo, _ := imageref.Repository(p)
+				if byRepo[img.ID] == nil {
+					byRepo[img.ID] = map[string]bool{}
+				}
+				byRepo[img.ID][repo], found = true, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--preloaded %s: no such image on the node", p)
+		}
+	}
+	var out []records.Image
+	for _, img := range images {
+		if wholly[img.ID] {
+			continue
+		}
+		ri := records.NodeImage(img.ID, img.Names)
+		if x := byRepo[img.ID]; x != nil {
+			ri.Repositories = slices.DeleteFunc(ri.Repositories, func(r string) bool { return x[r] })
+			if len(ri.Repositories) == 0 {
+				continue
+			}
+		}
+		out = append(out, ri)
+	}
+	return out, nil
+}
+
+// listedAs reports whether the runtime lists img under name, normalized.
+func listedAs(img ensure.Image, name string) bool {
+	want, ok := imageref.Normalized(name)
+	if !ok {
+		return false
+	}
+	return slices.ContainsFunc(img.Names, func(n string) bool {
+		have, ok := imageref.Normalized(n)
+		return ok && have == want
+	})
 }
 
 // checkFormat checks export's format and its argument.
@@ -388,6 +543,35 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 			c()
 		}
 	}, nil
+}
+
+// listImages asks the runtime (--runtime-endpoint) for the node's images.
+func (f *recordsFlags) listImages(ctx context.Context) ([]ensure.Image, error) {
+	backend, err := criproxy.Dial(f.runtime, "")
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	images, err := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)).Images(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
+	}
+	return images, nil
+}
+
+// nodeImages is listImages with the repositories each is listed under.
+func (f *recordsFlags) nodeImages(ctx context.Context) ([]records.Image, error) {
+	images, err := f.listImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]records.Image, 0, len(images))
+	for _, img := range images {
+		out = append(out, records.NodeImage(img.ID, img.Names))
+	}
+	return out, nil
 }
 
 // loadConfig takes the paths and policy from --config, where the flags do

@@ -29,4 +29,10 @@
 //
 // A record left with no credential still crosses: it says the image was
 // pulled with credentials, so that it is never taken for a preloaded one.
+// The kubelet verifies every use of an image it has a record of; the proxy
+// decides per repository. A record that names no repository at all (the
+// kubelet's settled pull intents: no credentialMapping, or an empty one)
+// is therefore imported with every repository the runtime lists its image
+// under, each with no credential; when there are such records and the
+// runtime cannot be asked, Import imports nothing.
 package kubeletrecords

@@ -337,12 +337,39 @@ type Store interface {
 	AddIntent(image string) (string, error)
 }
 
+// ErrRepositoriesUnknown is Import's error when a record names no
+// repository and the runtime cannot say which its image is listed under.
+var ErrRepositoriesUnknown = errors.New("the repositories of images the kubelet recorded without one cannot be told")
+
+// ImportReport says what Import did.
+type ImportReport struct {
+	// Merged records were merged with the database's own.
+	Merged int
+	// Unmapped records named no repository (the kubelet's settled pull
+	// intents); Repositories were given to them, with no credential.
+	Unmapped, Repositories int
+	// NoRepository of them still name none: their image is not on the
+	// node, or is listed under no name (a lookup by ID verifies).
+	NoRepository int
+}
+
 // Import adds recs (as Read returns them) to s, merged with the records s
 // already has (Merge), in one transaction, then the intents, which the
-// daemon settles at its start as its own. It returns how many records were
-// merged with existing ones. A record of s that cannot be read is an
-// error: nothing is imported.
-func Import(s Store, recs []*Record, intents []string) (merged int, err error) {
+// daemon settles at its start as its own. A record of s that cannot be
+// read is an error: nothing is imported.
+//
+// A record with no credential mapping, or an empty one, is the kubelet's
+// "pulled, every pod must verify" (its settled pull intents): the kubelet
+// verifies any use of an image it has a record of, whatever the
+// repository, while the proxy decides per repository. Such a record is
+// given, with no credential, every repository node (the runtime's images)
+// lists its image under (records.MarkPulled), so that no name of the image
+// passes for a preloaded one. node is asked once, and only for such
+// records; when it fails nothing is imported (ErrRepositoriesUnknown).
+func Import(s Store, recs []*Record, intents []string, node func() ([]records.Image, error)) (rep ImportReport, err error) {
+	if err := markUnmapped(recs, node, &rep); err != nil {
+		return rep, err
+	}
 	out := make([]*Record, 0, len(recs))
 	for _, r := range recs {
 		have, err := s.Get(r.ImageRef)
@@ -350,21 +377,52 @@ func Import(s Store, recs []*Record, intents []string) (merged int, err error) {
 		case errors.Is(err, records.ErrNotFound):
 			out = append(out, r)
 		case err != nil:
-			return 0, fmt.Errorf("the database's record of %s: %w (nothing imported)", r.ImageRef, err)
+			return rep, fmt.Errorf("the database's record of %s: %w (nothing imported)", r.ImageRef, err)
 		default:
 			m := have.DeepCopy()
 			Merge(m, r)
 			out = append(out, m)
-			merged++
+			rep.Merged++
 		}
 	}
 	if err := s.PutRecords(out); err != nil {
-		return 0, err
+		return rep, err
 	}
 	for _, image := range intents {
 		if _, err := s.AddIntent(image); err != nil {
-			return merged, fmt.Errorf("intent %s: %w", image, err)
+			return rep, fmt.Errorf("intent %s: %w", image, err)
 		}
 	}
-	return merged, nil
+	return rep, nil
+}
+
+// markUnmapped gives each record of recs that names no repository the
+// repositories node lists its image under.
+func markUnmapped(recs []*Record, node func() ([]records.Image, error), rep *ImportReport) error {
+	var unmapped []*Record
+	for _, r := range recs {
+		if len(r.CredentialMapping) == 0 {
+			unmapped = append(unmapped, r)
+		}
+	}
+	if len(unmapped) == 0 {
+		return nil
+	}
+	images, err := node()
+	if err != nil {
+		return fmt.Errorf("%w: %d record(s) name no repository (the first: %s), and the runtime could not list the names of their images: %w (nothing imported)",
+			ErrRepositoriesUnknown, len(unmapped), unmapped[0].ImageRef, err)
+	}
+	repos := make(map[string][]string, len(images))
+	for _, img := range images {
+		repos[img.ID] = img.Repositories
+	}
+	rep.Unmapped = len(unmapped)
+	for _, r := range unmapped {
+		rep.Repositories += records.MarkPulled(r, repos[r.ImageRef])
+		if len(r.CredentialMapping) == 0 {
+			rep.NoRepository++
+		}
+	}
+	return nil
 }

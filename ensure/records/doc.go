@@ -16,7 +16,12 @@
 //   - The layout is versioned and migrated forward at open; a database
 //     written by a newer version is refused, never rewritten.
 //   - Open with ReadOnly never writes (the records tools); a missing file
-//     is created only by a read-write open, 0600 in a 0700 directory.
+//     is created only by a read-write open, 0600 in a 0700 directory,
+//     initialised aside and linked into place whole. Only an absent file
+//     is created: an existing one that is not a whole ensure database
+//     (empty, truncated, garbage, another bbolt layout) is ErrNotADatabase
+//     and left untouched, as bbolt would make an empty file into a new
+//     database (a new salt, no records).
 //   - Undecodable records are skipped by List and reported by key; Get of
 //     one is an error, which callers treat as "verify".
 //
@@ -57,6 +62,11 @@
 //
 // Update this drawing with every schema change; each change bumps the
 // version and comes with a migration and its test.
+//
+// The credential model and the kubelet's rules for it (MergeCredential,
+// SameSecret, CredentialKeys) are in credential.go and know nothing of
+// bbolt; the store is store.go over the layout of buckets.go and the
+// migrations; the repos index is restricted.go, the record cache cache.go.
 //
 // Every write is committed (fsync) before the CRI answer that depends on it.
 // A second process opening the file fails after Options.OpenTimeout instead

@@ -37,6 +37,23 @@ func (d repoDelta) replace(old, new *Record) {
 	}
 }
 
+// takeOut decodes the record stored under imageRef in tx and notes its
+// removal: it is about to be replaced or deleted. It returns nil when
+// there is none, or it does not decode (its counts then stay, see
+// replace).
+func (d repoDelta) takeOut(tx *bolt.Tx, imageRef []byte) *Record {
+	v := recordsBucket(tx).Get(imageRef)
+	if v == nil {
+		return nil
+	}
+	old, err := decodeRecord(imageRef, v)
+	if err != nil {
+		return nil
+	}
+	d.replace(old, nil)
+	return old
+}
+
 // apply writes the delta to the repos bucket in tx.
 func (d repoDelta) apply(tx *bolt.Tx) error {
 	b := reposBucket(tx)
@@ -91,43 +108,4 @@ func (x *repoIndex) restricted(repo string) bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.n[repo] > 0
-}
-
-// recordCache keeps decoded records of the hot images: ImageStatus and
-// PullImage then need no transaction and no JSON decoding. Writes drop
-// what they change. Records in it are shared: read them, never change them.
-type recordCache struct {
-	mu  sync.RWMutex
-	max int
-	m   map[string]*Record
-}
-
-func (c *recordCache) get(ref string) (*Record, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	r, ok := c.m[ref]
-	return r, ok
-}
-
-func (c *recordCache) put(ref string, r *Record) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= c.max {
-		clear(c.m) // simple and rare: the hot set refills in a few calls
-	}
-	c.m[ref] = r
-}
-
-func (c *recordCache) drop(refs ...string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range refs {
-		delete(c.m, r)
-	}
-}
-
-func (c *recordCache) dropAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	clear(c.m)
 }

@@ -3,60 +3,19 @@ package records
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	digest "github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
 )
-
-// Record is what the proxy knows of one pulled image: the kubelet's own
-// record type.
-type Record = kubeletconfigv1beta1.ImagePulledRecord
-
-// Intent is a pull in flight, by its ID.
-type Intent struct {
-	ID    string
-	Image string
-}
-
-// ServiceAccount is a service account's coordinates (KEP-4412).
-type ServiceAccount = kubeletconfigv1beta1.ImagePullServiceAccount
-
-// Credential is who pulled an image: the salted hash of the request's
-// auth, a service account, or the node itself (an anonymous pull, or
-// node-wide plugin credentials), which makes the repository of the image
-// accessible to every pod on the node.
-type Credential struct {
-	Hash string
-	// Secret names the pull secret the credential came from, when it is
-	// known (with the Kubernetes API): a rotated secret (same coordinates,
-	// new content) keeps its pods' re-use, as in the kubelet.
-	Secret         *SecretRef
-	ServiceAccount *ServiceAccount
-	Node           bool
-}
-
-// SecretRef is a pull secret's coordinates.
-type SecretRef struct {
-	Namespace, Name, UID string
-}
-
-// Limits of a record, as the kubelet's writeRecordWhileMatchingLimit: a
-// record does not grow without bound. Past the limit a new credential is
-// still allowed its pull, it is just not remembered (it verifies again).
-const maxCredentialsPerRepository = 100
 
 var (
 	// ErrNotFound is returned for an image ID without a record.
@@ -82,74 +41,10 @@ type Store struct {
 	path  string
 	repos repoIndex
 	cache recordCache
-}
 
-// ErrLocked is Open's error when another process holds the file (a
-// running daemon holds it for as long as it runs).
-var ErrLocked = errors.New("locked by another process")
-
-// Open opens or creates the database at path (mode 0600, its directory
-// 0700), migrating an older layout.
-func Open(path string, opts Options) (*Store, error) {
-	if opts.OpenTimeout <= 0 {
-		opts.OpenTimeout = 2 * time.Second
-	}
-	if !opts.ReadOnly {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("ensure database %s: %w", path, err)
-		}
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		// Without a timeout bolt.Open blocks forever on the flock of
-		// another process holding the file.
-		Timeout:  opts.OpenTimeout,
-		ReadOnly: opts.ReadOnly,
-		// The freelist is kept on disk (bbolt's default). Without it, open
-		// rebuilds it by reading every page, and with 100,000 records the
-		// whole file stayed in the daemon's memory (+105 MiB RSS).
-		NoFreelistSync: false,
-	})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("ensure database %s: %w (is cri-image-proxy running? use its admin socket)", path, ErrLocked)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ensure database %s: %w", path, err)
-	}
-	s := &Store{db: db, path: path, cache: recordCache{max: 4096, m: map[string]*Record{}}}
-	if !opts.ReadOnly {
-		err = db.Update(func(tx *bolt.Tx) error { return initialize(tx, migrations, newSalt) })
-	}
-	if err == nil {
-		err = db.View(func(tx *bolt.Tx) error {
-			meta := metaBucket(tx)
-			if meta == nil || len(meta.Get(keySalt)) != saltLen {
-				return errors.New("not an ensure database (no meta bucket or salt)")
-			}
-			// A read-only open runs no migration: it must still not misread
-			// a newer layout.
-			if v := meta.Get(keyVersion); v != nil {
-				if n, k := binary.Uvarint(v); k > 0 && int(n) > latest(migrations) {
-					return fmt.Errorf("%w (version %d; this build knows up to %d)", errNewerDatabase, n, latest(migrations))
-				}
-			}
-			s.salt = bytes.Clone(meta.Get(keySalt))
-			if reposBucket(tx) == nil {
-				return errors.New("no repos bucket")
-			}
-			return s.repos.load(tx)
-		})
-	}
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("ensure database %s: %w", path, err)
-	}
-	return s, nil
-}
-
-func newSalt() ([]byte, error) {
-	b := make([]byte, saltLen)
-	_, err := rand.Read(b)
-	return b, err
+	// afterRead, when set (by tests only), runs between a cache miss's
+	// read and its store into the cache: the window a write can race.
+	afterRead func()
 }
 
 // Close closes the database.
@@ -194,6 +89,7 @@ func (s *Store) Get(imageRef string) (*Record, error) {
 	if r, ok := s.cache.get(imageRef); ok {
 		return r, nil
 	}
+	gen := s.cache.generation() // before the read: see recordCache
 	var r *Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := recordsBucket(tx).Get([]byte(imageRef))
@@ -204,8 +100,11 @@ func (s *Store) Get(imageRef string) (*Record, error) {
 		r, err = decodeRecord([]byte(imageRef), v)
 		return err
 	})
+	if s.afterRead != nil {
+		s.afterRead()
+	}
 	if err == nil {
-		s.cache.put(imageRef, r)
+		s.cache.put(imageRef, r, gen)
 	}
 	return r, err
 }
@@ -297,15 +196,11 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 		return err
 	}
 	return s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
-		rb := recordsBucket(tx)
-		r := &Record{ImageRef: imageRef}
-		if v := rb.Get([]byte(imageRef)); v != nil {
-			// An undecodable record is replaced: the new one is safe, and it
-			// forgets only credentials that could not be read anyway.
-			if old, err := decodeRecord([]byte(imageRef), v); err == nil {
-				r = old
-				d.replace(old, nil)
-			}
+		// An undecodable record is replaced: the new one is safe, and it
+		// forgets only credentials that could not be read anyway.
+		r := d.takeOut(tx, []byte(imageRef))
+		if r == nil {
+			r = &Record{ImageRef: imageRef}
 		}
 		MergeCredential(r, repo, cred)
 		d.replace(nil, r)
@@ -333,28 +228,6 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 	})
 }
 
-// CredentialKeys name a credential in the verification times (VerifiedAt):
-// "node" for the node itself, "sa:UID/NAMESPACE/NAME" for a service
-// account, "h:HASH" for a credential's salted hash and, when its secret is
-// known, "s:UID" for the secret (a rotated secret is matched by it).
-func CredentialKeys(cred Credential) []string {
-	switch {
-	case cred.Node:
-		return []string{"node"}
-	case cred.ServiceAccount != nil:
-		sa := cred.ServiceAccount
-		return []string{"sa:" + sa.UID + "/" + sa.Namespace + "/" + sa.Name}
-	}
-	var keys []string
-	if cred.Hash != "" {
-		keys = append(keys, "h:"+cred.Hash)
-	}
-	if cred.Secret != nil && cred.Secret.UID != "" {
-		keys = append(keys, "s:"+cred.Secret.UID)
-	}
-	return keys
-}
-
 // VerifiedAt returns when the credential named key (CredentialKeys) was
 // last verified for imageRef as repo; false when no time is kept (a
 // credential verified before version 3, or never).
@@ -372,71 +245,11 @@ func (s *Store) VerifiedAt(imageRef, repo, key string) (time.Time, bool, error) 
 	return t, ok, err
 }
 
-// MergeCredential merges cred into r's mapping for repo, as the kubelet
-// does (writeRecordWhileMatchingLimit): a zero Credential still creates the
-// mapping (the image was pulled for repo, by someone unknown, and every pod
-// must verify); a secret already listed under its coordinates with another
-// hash is a rotated secret, whose entry takes the new hash; nothing is
-// added past maxCredentialsPerRepository. Stores call it; it is exported
-// for other implementations of RecordStore.
-func MergeCredential(r *Record, repo string, cred Credential) {
-	if r.CredentialMapping == nil {
-		r.CredentialMapping = map[string]kubeletconfigv1beta1.ImagePullCredentials{}
-	}
-	c := r.CredentialMapping[repo]
-	switch {
-	case cred.Node:
-		c.NodePodsAccessible = true
-	case cred.Hash != "":
-		c.KubernetesSecrets = mergeSecret(c.KubernetesSecrets, cred)
-	case cred.ServiceAccount != nil:
-		if !slices.Contains(c.KubernetesServiceAccounts, *cred.ServiceAccount) &&
-			len(c.KubernetesServiceAccounts) < maxCredentialsPerRepository {
-			c.KubernetesServiceAccounts = append(c.KubernetesServiceAccounts, *cred.ServiceAccount)
-		}
-	}
-	r.CredentialMapping[repo] = c
-}
-
-func mergeSecret(secrets []kubeletconfigv1beta1.ImagePullSecret, cred Credential) []kubeletconfigv1beta1.ImagePullSecret {
-	entry := kubeletconfigv1beta1.ImagePullSecret{CredentialHash: cred.Hash}
-	if s := cred.Secret; s != nil {
-		entry.Namespace, entry.Name, entry.UID = s.Namespace, s.Name, s.UID
-	}
-	for i, s := range secrets {
-		switch {
-		case s.CredentialHash == cred.Hash && (s.UID != "" || cred.Secret == nil):
-			return secrets // known
-		case s.CredentialHash == cred.Hash, cred.Secret != nil && SameSecret(s, entry):
-			// Known by hash, now with its coordinates; or the same secret
-			// with new content (rotated): the entry takes the new hash.
-			secrets[i] = entry
-			return secrets
-		}
-	}
-	if len(secrets) >= maxCredentialsPerRepository {
-		return secrets
-	}
-	return append(secrets, entry)
-}
-
-// SameSecret reports whether two secret entries name the same secret:
-// namespace, name and a known UID (a deleted and re-created secret has a
-// new UID).
-func SameSecret(a, b kubeletconfigv1beta1.ImagePullSecret) bool {
-	return a.UID != "" && a.UID == b.UID && a.Namespace == b.Namespace && a.Name == b.Name
-}
-
 // Forget deletes the record of imageRef; it reports whether there was one.
 func (s *Store) Forget(imageRef string) (bool, error) {
 	found := false
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
-		rb := recordsBucket(tx)
-		if v := rb.Get([]byte(imageRef)); v != nil {
-			if old, err := decodeRecord([]byte(imageRef), v); err == nil {
-				d.replace(old, nil)
-			}
-		}
+		d.takeOut(tx, []byte(imageRef))
 		var err error
 		found, err = delRecord(tx, []byte(imageRef))
 		return []string{imageRef}, err
@@ -444,10 +257,8 @@ func (s *Store) Forget(imageRef string) (bool, error) {
 	return found, err
 }
 
-// update rewrites every record f changes (f returns true), in one
-// transaction, and returns how many changed.
-// update applies f to every record, writes those it changed, and returns
-// their image IDs.
+// update applies f to every record, writes those it changed (f returns
+// true) in one transaction, and returns their image IDs.
 func (s *Store) update(now time.Time, f func(*Record) bool) ([]string, error) {
 	var refs []string
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
@@ -561,13 +372,8 @@ func (s *Store) PutRecords(recs []*Record) error {
 		}
 	}
 	return s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
-		rb := recordsBucket(tx)
 		for _, r := range recs {
-			if v := rb.Get([]byte(r.ImageRef)); v != nil {
-				if old, err := decodeRecord([]byte(r.ImageRef), v); err == nil {
-					d.replace(old, nil)
-				}
-			}
+			d.takeOut(tx, []byte(r.ImageRef))
 			d.replace(nil, r)
 			data, err := encodeRecord(r)
 			if err != nil {
@@ -598,13 +404,8 @@ func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int,
 		if err != nil {
 			return nil, err
 		}
-		rb := recordsBucket(tx)
 		for _, k := range doomed {
-			if v := rb.Get(k); v != nil {
-				if r, err := decodeRecord(k, v); err == nil {
-					d.replace(r, nil)
-				}
-			}
+			d.takeOut(tx, k)
 			if _, err := delRecord(tx, k); err != nil {
 				return nil, err
 			}

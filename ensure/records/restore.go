@@ -1,0 +1,209 @@
+package records
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// RestoreReport says what Restore did.
+type RestoreReport struct {
+	// Kept is where the file Restore replaced now is ("" when there was
+	// none).
+	Kept string
+	// Images present on the node that the backup did not know (as a whole,
+	// or as some repository) were marked pulled with no verified
+	// credential: Repositories in all; those listed under no name got a
+	// record that names none (a lookup by ID verifies).
+	Images, Repositories int
+	// Unreadable records of the backup were left as they are: reading
+	// them fails, which already means "verify".
+	Unreadable int
+}
+
+// Restore installs the backup at path. The backup is copied aside, opened
+// (checked whole, migrated), and every image of present it does not know
+// is marked there as pulled with no verified credential (MarkPulled): each
+// of its repositories the backup's record lacks, or, for an image the
+// backup has no record of and that is listed under no name, a record that
+// names none. Only then is the copy renamed over path, the file it
+// replaces kept beside it (Kept). A restore of an older backup thus never
+// makes an image pulled since the backup pass for a preloaded one: every
+// pod verifies it once. present is every image on the node except those
+// the operator names preloaded.
+//
+// The file at path is locked as the daemon locks it for the whole
+// restore: while a daemon (or a records tool) holds it, Restore fails
+// with ErrLocked and changes nothing. On any error nothing is changed.
+func Restore(path, backup string, present []Image, now time.Time, opts Options) (rep RestoreReport, err error) {
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = 2 * time.Second
+	}
+	b, err := Open(backup, Options{ReadOnly: true, OpenTimeout: opts.OpenTimeout})
+	if err != nil {
+		return rep, fmt.Errorf("the backup: %w", err)
+	}
+	b.Close()
+	if same(path, backup) {
+		return rep, fmt.Errorf("the backup %s is the database itself", backup)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return rep, err
+	}
+	unlock, err := lockFile(path, opts.OpenTimeout)
+	if err != nil {
+		return rep, fmt.Errorf("ensure database %s: %w", path, err)
+	}
+	defer unlock()
+
+	tmp, err := copyAside(backup, dir, filepath.Base(path)+".restore-*")
+	if err != nil {
+		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)
+	}
+	defer os.Remove(tmp) // after the rename there is nothing there
+	if rep, err = markUnknown(tmp, present, now, opts); err != nil {
+		return rep, err
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if rep.Kept, err = keep(path, now); err != nil {
+			return rep, fmt.Errorf("keeping %s: %w", path, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return rep, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return rep, err
+	}
+	return rep, syncDir(dir)
+}
+
+// markUnknown marks, in the database at path, every image of present the
+// database does not know, in one transaction.
+func markUnknown(path string, present []Image, now time.Time, opts Options) (rep RestoreReport, err error) {
+	s, err := Open(path, Options{OpenTimeout: opts.OpenTimeout})
+	if err != nil {
+		return rep, fmt.Errorf("the backup, copied to %s: %w", path, err)
+	}
+	defer func() {
+		if cerr := s.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	var changed []*Record
+	for _, img := range present {
+		r, err := s.Get(img.ID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// Unknown: a record of each repository, or naming none.
+			r = &Record{ImageRef: img.ID, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
+		case err != nil:
+			rep.Unreadable++
+			continue
+		default:
+			r = r.DeepCopy()
+		}
+		n := MarkPulled(r, img.Repositories)
+		if n == 0 && err == nil {
+			continue // known as every repository it is listed under
+		}
+		r.LastUpdatedTime.Time = now
+		changed = append(changed, r)
+		rep.Images++
+		rep.Repositories += n
+	}
+	if err := s.PutRecords(changed); err != nil {
+		return rep, fmt.Errorf("marking the images the backup does not know: %w", err)
+	}
+	return rep, nil
+}
+
+// lockFile takes the lock bbolt takes on path (flock, exclusive), waiting
+// up to timeout; an absent file needs none.
+func lockFile(path string, timeout time.Duration) (unlock func(), err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing releases the lock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, fmt.Errorf("%w (is cri-image-proxy running? stop it first)", ErrLocked)
+			}
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// copyAside copies src into a new file of dir named after pattern (mode
+// 0600), synced, and returns its path.
+func copyAside(src, dir, pattern string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	out, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(out, in)
+	if serr := out.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out.Name())
+		return "", err
+	}
+	return out.Name(), nil
+}
+
+// keep links path to a new name beside it, for the operator, and returns
+// it: the rename that follows replaces path, not this link.
+func keep(path string, now time.Time) (string, error) {
+	base := path + ".before-restore-" + now.UTC().Format("20060102T150405Z")
+	for i := 0; i < 100; i++ {
+		name := base
+		if i > 0 {
+			name = fmt.Sprintf("%s.%d", base, i)
+		}
+		err := os.Link(path, name)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("%s and 99 more names beside it are taken", base)
+}
+
+// same reports whether two paths name the same file.
+func same(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
+}

@@ -1,0 +1,155 @@
+package records
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRestore installs an older backup over a database that has since
+// recorded more pulls: the images the backup does not know, as a whole or
+// as some repository, must need verification, not pass for preloaded.
+func TestRestore(t *testing.T) {
+	t.Parallel()
+	const (
+		repoA, repoB, repoMirror = "r.test/team-a/app", "r.test/team-b/app", "mirror.test/team-a/app"
+		refB                     = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+		refNameless              = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+	)
+	alice := Auth{Username: "alice", Password: "a"}
+	later := t0.Add(time.Hour)
+	// setup makes the backup (A pulled by alice as repoA) and the database
+	// after it (B pulled since, A also as a mirror).
+	setup := func(t *testing.T) (path, backup string) {
+		dir := t.TempDir()
+		path, backup = filepath.Join(dir, "ensure.db"), filepath.Join(t.TempDir(), "backup.db")
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordPull(refA, repoA, Credential{Hash: s.HashAuth(alice)}, "", t0); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		data, _ := os.ReadFile(path)
+		if err := os.WriteFile(backup, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, _ = Open(path, Options{})
+		for _, p := range []struct{ ref, repo string }{{refB, repoB}, {refA, repoMirror}} {
+			if err := s.RecordPull(p.ref, p.repo, Credential{Hash: s.HashAuth(alice)}, "", later); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		return path, backup
+	}
+	present := []Image{{ID: refA, Repositories: []string{repoA, repoMirror}}, {ID: refB, Repositories: []string{repoB}}, {ID: refNameless}}
+
+	t.Run("what the backup does not know is pulled with no verified credential; what it knows stays", func(t *testing.T) {
+		path, backup := setup(t)
+		before, _ := os.ReadFile(path)
+		rep, err := Restore(path, backup, present, later, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Images != 3 || rep.Repositories != 2 || rep.Kept == "" {
+			t.Errorf("report %+v, want 3 images and 2 repositories marked, the old file kept", rep)
+		}
+		s, err := Open(path, Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		a, err := s.Get(refA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := a.CredentialMapping[repoA]; len(c.KubernetesSecrets) != 1 || c.KubernetesSecrets[0].CredentialHash != s.HashAuth(alice) {
+			t.Errorf("A as %s: %+v, want the backup's verified credential (and the backup's salt)", repoA, c)
+		}
+		for _, p := range []struct{ ref, repo string }{{refA, repoMirror}, {refB, repoB}} {
+			r, err := s.Get(p.ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, ok := r.CredentialMapping[p.repo]
+			if !ok || c.NodePodsAccessible || len(c.KubernetesSecrets)+len(c.KubernetesServiceAccounts) != 0 {
+				t.Errorf("%s as %s: %+v (present %v), want pulled with no verified credential", p.ref, p.repo, c, ok)
+			}
+			if !s.Restricted(p.repo) {
+				t.Errorf("%s is not restricted", p.repo)
+			}
+		}
+		if r, err := s.Get(refNameless); err != nil || len(r.CredentialMapping) != 0 {
+			t.Errorf("the image with no name: %+v, %v; want a record naming no repository (a lookup by ID verifies)", r, err)
+		}
+		if kept, _ := os.ReadFile(rep.Kept); !bytes.Equal(kept, before) {
+			t.Errorf("%s is not the file the restore replaced", rep.Kept)
+		}
+		if left, _ := filepath.Glob(path + ".restore-*"); len(left) != 0 {
+			t.Errorf("left beside the database: %v", left)
+		}
+	})
+
+	t.Run("a database that is absent is restored, with nothing to keep", func(t *testing.T) {
+		_, backup := setup(t)
+		path := filepath.Join(t.TempDir(), "state", "ensure.db")
+		rep, err := Restore(path, backup, present, later, Options{})
+		if err != nil || rep.Kept != "" {
+			t.Fatalf("report %+v, %v", rep, err)
+		}
+		if s, err := Open(path, Options{ReadOnly: true}); err != nil {
+			t.Error(err)
+		} else {
+			s.Close()
+		}
+	})
+
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, path, backup string) (cleanup func())
+		want    string
+	}{
+		{"while the database is open elsewhere (the daemon), nothing is restored", func(t *testing.T, path, _ string) func() {
+			s, err := Open(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() { s.Close() }
+		}, ErrLocked.Error()},
+		{"an empty backup is refused", func(t *testing.T, _, backup string) func() {
+			os.WriteFile(backup, nil, 0o600)
+			return func() {}
+		}, "the backup"},
+		{"a truncated backup is refused", func(t *testing.T, _, backup string) func() {
+			data, _ := os.ReadFile(backup)
+			os.WriteFile(backup, data[:2*4096+10], 0o600)
+			return func() {}
+		}, "the backup"},
+		{"the database as its own backup is refused", func(t *testing.T, path, backup string) func() {
+			os.Remove(backup)
+			os.Link(path, backup)
+			return func() {}
+		}, "is the database itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, backup := setup(t)
+			defer tc.prepare(t, path, backup)()
+			before, _ := os.ReadFile(path)
+			_, err := Restore(path, backup, present, later, Options{OpenTimeout: 100 * time.Millisecond})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error saying %q", err, tc.want)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+				t.Errorf("the database changed")
+			}
+			if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*")); len(left) != 1 {
+				t.Errorf("files beside the database: %v", left)
+			}
+		})
+	}
+}
