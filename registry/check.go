@@ -397,7 +397,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 	)
 	type outcome struct {
 		kind int
-		err  *Error
+		err  error
 	}
 	outcomes := make([]outcome, len(targets))
 	ctx, cancel := context.WithCancel(ctx)
@@ -406,15 +406,14 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 	g.SetLimit(k.c.maxParallel)
 	for i, t := range targets {
 		g.Go(func() error {
+			what := "HEAD " + k.name.repository + t.path
 			resp, err := k.do(ctx, http.MethodHead, t.path, t.accept)
-			var e *Error
 			switch {
-			case errors.As(err, &e) && errors.Is(e, ErrDenied):
-				outcomes[i] = outcome{refused, e}
+			case errors.Is(err, ErrDenied):
+				outcomes[i] = outcome{refused, err}
 				return nil
 			case err != nil:
-				errors.As(err, &e)
-				outcomes[i] = outcome{failed, e}
+				outcomes[i] = outcome{failed, err}
 				cancel() // the answer is unreachable anyway: stop asking
 				return nil
 			}
@@ -422,7 +421,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 			switch resp.StatusCode {
 			case http.StatusOK:
 				if h := resp.Header.Get("Docker-Content-Digest"); h != "" && h != t.digest.String() {
-					outcomes[i] = outcome{failed, failure(ErrUnreachable, "invalid answer", "HEAD %s%s: Docker-Content-Digest names %.80s", k.name.repository, t.path, h)}
+					outcomes[i] = outcome{failed, failure(ErrUnreachable, "invalid answer", "%s: Docker-Content-Digest names %.80s", what, h)}
 					cancel()
 					return nil
 				}
@@ -432,7 +431,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 			case http.StatusForbidden:
 				outcomes[i] = outcome{kind: refused}
 			default:
-				outcomes[i] = outcome{failed, statusFailure("HEAD "+k.name.repository+t.path, resp)}
+				outcomes[i] = outcome{failed, statusFailure(what, resp)}
 				cancel()
 			}
 			return nil
@@ -441,7 +440,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 	g.Wait()
 
 	var absent []string
-	var firstFailure *Error
+	var firstFailure, cancelled error
 	for i, o := range outcomes {
 		switch o.kind {
 		case present:
@@ -456,7 +455,10 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 			absent = append(absent, fmt.Sprintf("%s %s", targets[i].digest, how))
 		case failed:
 			k.c.metrics.blobs.WithLabelValues(k.name.registry, "error").Inc()
-			if firstFailure == nil && o.err != nil && !errors.Is(o.err, context.Canceled) {
+			switch {
+			case errors.Is(o.err, context.Canceled):
+				cancelled = o.err
+			case firstFailure == nil:
 				firstFailure = o.err
 			}
 		}
@@ -471,12 +473,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 	if firstFailure != nil {
 		return firstFailure
 	}
-	for _, o := range outcomes {
-		if o.kind == failed {
-			return o.err // only cancellations: the check's own context ended
-		}
-	}
-	return nil
+	return cancelled // nil, or the caller's context was cancelled
 }
 
 // checkTransport counts and times a check's requests and bounds every

@@ -34,7 +34,7 @@ type env struct {
 	checker  *Checker
 }
 
-func newEnv(t *testing.T, mode authMode) *env {
+func newEnv(t testing.TB, mode authMode) *env {
 	t.Helper()
 	e := &env{reg: newTestRegistry(t, mode, nil), hostsDir: t.TempDir(), logs: &bytes.Buffer{}}
 	e.push = newPusher(t, e.reg.store)
@@ -59,7 +59,7 @@ func newEnv(t *testing.T, mode authMode) *env {
 	return e
 }
 
-func (e *env) newChecker(t *testing.T, o Options) *Checker {
+func (e *env) newChecker(t testing.TB, o Options) *Checker {
 	t.Helper()
 	if o.HostsDir == "" {
 		o.HostsDir = e.hostsDir

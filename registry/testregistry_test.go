@@ -50,7 +50,7 @@ const (
 // middleware with per-repository rules, on a loopback port. It records
 // every request it answers.
 type testRegistry struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	host  string // 127.0.0.1:port
 	store http.Handler
@@ -74,7 +74,7 @@ type seenRequest struct {
 	status                 int
 }
 
-func newTestRegistry(t *testing.T, mode authMode, store http.Handler) *testRegistry {
+func newTestRegistry(t testing.TB, mode authMode, store http.Handler) *testRegistry {
 	t.Helper()
 	if store == nil {
 		store = ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
@@ -289,11 +289,11 @@ func (tr *testRegistry) serveToken(w http.ResponseWriter, r *http.Request) {
 
 // pusher writes to a store with no auth in front.
 type pusher struct {
-	t    *testing.T
+	t    testing.TB
 	host string
 }
 
-func newPusher(t *testing.T, store http.Handler) pusher {
+func newPusher(t testing.TB, store http.Handler) pusher {
 	srv := httptest.NewServer(store)
 	t.Cleanup(srv.Close)
 	return pusher{t: t, host: strings.TrimPrefix(srv.URL, "http://")}
@@ -321,7 +321,7 @@ func (p pusher) index(repoTag string, idx v1.ImageIndex) {
 	}
 }
 
-func randomImage(t *testing.T) v1.Image {
+func randomImage(t testing.TB) v1.Image {
 	t.Helper()
 	img, err := random.Image(512, 2)
 	if err != nil {
@@ -330,7 +330,7 @@ func randomImage(t *testing.T) v1.Image {
 	return img
 }
 
-func configDigest(t *testing.T, img v1.Image) digest.Digest {
+func configDigest(t testing.TB, img v1.Image) digest.Digest {
 	t.Helper()
 	h, err := img.ConfigName()
 	if err != nil {
@@ -339,7 +339,7 @@ func configDigest(t *testing.T, img v1.Image) digest.Digest {
 	return digest.Digest(h.String())
 }
 
-func manifestDigest(t *testing.T, d interface{ Digest() (v1.Hash, error) }) digest.Digest {
+func manifestDigest(t testing.TB, d interface{ Digest() (v1.Hash, error) }) digest.Digest {
 	t.Helper()
 	h, err := d.Digest()
 	if err != nil {
@@ -350,7 +350,7 @@ func manifestDigest(t *testing.T, d interface{ Digest() (v1.Hash, error) }) dige
 
 // nodeIndex is an index with an image for this node's platform and one
 // for another.
-func nodeIndex(t *testing.T, node, other v1.Image) v1.ImageIndex {
+func nodeIndex(t testing.TB, node, other v1.Image) v1.ImageIndex {
 	t.Helper()
 	p := platforms.DefaultSpec()
 	otherArch := "s390x"
@@ -364,7 +364,7 @@ func nodeIndex(t *testing.T, node, other v1.Image) v1.ImageIndex {
 }
 
 // writeHostsToml writes <dir>/<host>/hosts.toml.
-func writeHostsToml(t *testing.T, dir, host, content string) {
+func writeHostsToml(t testing.TB, dir, host, content string) {
 	t.Helper()
 	d := filepath.Join(dir, strings.ReplaceAll(host, ":", "_")+"_")
 	if !strings.Contains(host, ":") {
@@ -379,7 +379,7 @@ func writeHostsToml(t *testing.T, dir, host, content string) {
 }
 
 // closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
+func closedPort(t testing.TB) string {
 	t.Helper()
 	srv := httptest.NewServer(http.NotFoundHandler())
 	u, _ := url.Parse(srv.URL)
