@@ -75,3 +75,61 @@ func TestCheckTakesManifestsFromTheCacheButNeverTheRegistrysWord(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckAsksARememberedTagWithAHead(t *testing.T) {
+	e := newEnv(t, authBasic)
+	ctx := context.Background()
+	req := Request{Image: e.image("team-a/app:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true}
+	if _, err := e.checker.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	e.reg.requests()
+
+	t.Run("a tag asked again is a HEAD: no GET, which some registries count as a pull", func(t *testing.T) {
+		req.Credential = Credential{Username: "carol", Password: testUsers["carol"]}
+		res, err := e.checker.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := e.reg.requests()
+		for _, s := range seen {
+			if s.method != http.MethodHead {
+				t.Errorf("got %s %s, want only HEADs", s.method, s.path)
+			}
+		}
+		if res.Requests != 4 || res.BlobsChecked != 3 {
+			t.Errorf("%d requests, %d blobs checked; want 4 (the tag and 3 blobs), 3", res.Requests, res.BlobsChecked)
+		}
+	})
+	t.Run("a tag that moved since is fetched again", func(t *testing.T) {
+		e.push.image("team-a/app:v1", e.other)
+		defer e.push.image("team-a/app:v1", e.img)
+		res, err := e.checker.Check(ctx, req)
+		if !errors.Is(err, ErrMoved) || res.ConfigDigest != e.otherID {
+			t.Fatalf("got %v, config %s; want ErrMoved to %s", err, res.ConfigDigest, e.otherID)
+		}
+		seen := e.reg.requests()
+		if len(seen) != 2 || seen[0].method != http.MethodHead || seen[1].method != http.MethodGet {
+			t.Errorf("got %+v, want HEAD then GET of the tag", seen)
+		}
+	})
+	t.Run("a registry that names a digest it cannot serve is ErrDenied, though the cache holds that manifest", func(t *testing.T) {
+		// team-b/liar knows the digest of alice's manifest, not its bytes.
+		e.reg.allow("team-b/liar", "bob")
+		e.reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+			if !strings.HasPrefix(r.URL.Path, "/v2/team-b/liar/") {
+				return false
+			}
+			if r.Method == http.MethodHead {
+				w.Header().Set("Docker-Content-Digest", string(e.imgMan))
+				return true // 200 to every HEAD, blobs included
+			}
+			http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotFound)
+			return true
+		})
+		defer e.reg.setHook(nil)
+		if _, err := e.checker.Check(ctx, Request{Image: e.image("team-b/liar:v1"), ImageID: string(e.imgID), Credential: bob(), Blobs: true}); !errors.Is(err, ErrDenied) {
+			t.Fatalf("got %v, want ErrDenied", err)
+		}
+	})
+}

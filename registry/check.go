@@ -53,18 +53,33 @@ func (k *check) start(ctx context.Context, ep *endpoint) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	k.client = &http.Client{Transport: &checkTransport{base: base, k: k}, CheckRedirect: limitRedirects}
+	k.client = &http.Client{Transport: &checkTransport{base: base, k: k}, CheckRedirect: checkRedirect}
 	k.auth = &authState{}
 	if ch, ok := k.c.challenges.get(ep.String()); ok {
 		k.auth = k.newAuthState(ctx, ch)
 	}
 }
 
-func limitRedirects(req *http.Request, via []*http.Request) error {
+// checkRedirect follows a GET's redirects, up to 10, and none of a HEAD:
+// a registry redirects a blob request to its storage only once it found
+// the blob in the repository for the credential, and a storage URL signed
+// for GET may refuse a HEAD.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if via[0].Method == http.MethodHead {
+		return http.ErrUseLastResponse
+	}
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")
 	}
 	return nil
+}
+
+func isRedirect(code int) bool {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
 }
 
 // newAuthState seeds a new containerd authorizer with ch, as if the
@@ -198,15 +213,16 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 	platform := platforms.Only(spec)
 	// The token scope, as containerd's resolver asks it.
 	ctx = docker.ContextWithAppendPullRepositoryScope(ctx, k.name.repository)
-	// Manifests taken from the cache: a HEAD must show the repository
-	// holds them for this credential.
+	// Manifests taken from the cache that the registry was not asked for in
+	// this check: a HEAD must show the repository holds them for this
+	// credential.
 	var prove []digest.Digest
 
-	m, d, fetched, err := k.resolve(ctx)
+	m, d, asked, err := k.resolve(ctx)
 	if err != nil {
 		return err
 	}
-	if !fetched {
+	if !asked {
 		prove = append(prove, d)
 	}
 	k.res.ManifestDigest = d
@@ -218,6 +234,7 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 		if !ok {
 			return failure(ErrMoved, "no image for this platform", "index %s has no manifest for %s", d, platforms.Format(spec))
 		}
+		var fetched bool
 		if m, fetched, err = k.manifestByDigest(ctx, desc); err != nil {
 			return err
 		}
@@ -235,12 +252,7 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 		return failure(ErrMoved, "the reference resolves to another image", "%s resolves to image %s, not %s", k.name, m.config.Digest, imageID)
 	}
 	if !blobs {
-		need = nil
-		if !fetched && len(prove) > 0 && prove[0] == k.res.ManifestDigest {
-			prove = prove[:1] // the reference itself came from the cache
-		} else {
-			prove = nil
-		}
+		need = nil // prove holds the reference itself, when it came from the cache
 	}
 	if len(prove) == 0 && len(need) == 0 {
 		return nil
@@ -248,16 +260,37 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 	return k.heads(ctx, prove, need)
 }
 
-// resolve GETs the reference's manifest or index (or, for a digest
-// reference, takes it from the cache; fetched is then false) and verifies
-// the body against the digest asked for and the one the registry names.
-func (k *check) resolve(ctx context.Context) (m *manifest, d digest.Digest, fetched bool, err error) {
+// resolve answers what the reference names, and whether the registry was
+// asked for it in this check (asked is false for a digest reference found
+// in the cache). A tag whose digest is remembered, with that manifest in
+// the cache, is asked with a HEAD: a GET of a manifest counts as a pull
+// against some registries' rate limits (Docker Hub), a HEAD does not, and
+// the runtime's own re-check is a HEAD. Any other answer to that HEAD (the
+// tag moved, no digest named) and any other reference is a GET, verified
+// against the digest asked for and the one the registry names: a registry
+// has to serve a manifest's bytes at least once before a HEAD naming its
+// digest counts.
+func (k *check) resolve(ctx context.Context) (m *manifest, d digest.Digest, asked bool, err error) {
+	p := "/manifests/" + k.name.object
 	if k.name.digest != "" {
 		if m, ok := k.c.manifests.get(k.name.digest); ok {
 			return m, k.name.digest, false, nil
 		}
+	} else if d, ok := k.c.tags.get(k.tagKey()); ok {
+		if m, ok := k.c.manifests.get(d); ok {
+			resp, err := k.do(ctx, http.MethodHead, p, acceptManifests)
+			if err != nil {
+				return nil, "", false, err
+			}
+			if resp.StatusCode != http.StatusOK && !isRedirect(resp.StatusCode) {
+				return nil, "", false, statusFailure("HEAD "+k.name.repository+p, resp)
+			}
+			discard(resp)
+			if resp.StatusCode == http.StatusOK && resp.Header.Get("Docker-Content-Digest") == d.String() {
+				return m, d, true, nil
+			}
+		}
 	}
-	p := "/manifests/" + k.name.object
 	resp, err := k.do(ctx, http.MethodGet, p, acceptManifests)
 	if err != nil {
 		return nil, "", false, err
@@ -292,8 +325,14 @@ func (k *check) resolve(ctx context.Context) (m *manifest, d digest.Digest, fetc
 		return nil, "", false, failure(ErrUnreachable, "invalid answer", "GET %s%s: %v", k.name.repository, p, err)
 	}
 	k.c.manifests.put(d, m, int64(len(body)))
+	if k.name.digest == "" {
+		k.c.tags.put(k.tagKey(), d)
+	}
 	return m, d, true, nil
 }
+
+// tagKey names the reference's tag at this endpoint, for the tag memory.
+func (k *check) tagKey() string { return k.ep.String() + " " + k.name.String() }
 
 // manifestByDigest is an index's entry, from the cache or GET by digest.
 func (k *check) manifestByDigest(ctx context.Context, desc ocispec.Descriptor) (*manifest, bool, error) {
@@ -418,17 +457,19 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 				return nil
 			}
 			discard(resp)
-			switch resp.StatusCode {
-			case http.StatusOK:
+			switch code := resp.StatusCode; {
+			case code == http.StatusOK:
 				if h := resp.Header.Get("Docker-Content-Digest"); h != "" && h != t.digest.String() {
 					outcomes[i] = outcome{failed, failure(ErrUnreachable, "invalid answer", "%s: Docker-Content-Digest names %.80s", what, h)}
 					cancel()
 					return nil
 				}
 				outcomes[i] = outcome{kind: present}
-			case http.StatusNotFound:
+			case isRedirect(code):
+				outcomes[i] = outcome{kind: present} // sent on to the storage: see checkRedirect
+			case code == http.StatusNotFound:
 				outcomes[i] = outcome{kind: missing}
-			case http.StatusForbidden:
+			case code == http.StatusForbidden:
 				outcomes[i] = outcome{kind: refused}
 			default:
 				outcomes[i] = outcome{failed, statusFailure(what, resp)}

@@ -249,6 +249,30 @@ func TestCheck(t *testing.T) {
 					},
 				},
 				{
+					name: "a blob HEAD redirected to the registry's storage counts as present, the redirect not followed",
+					hook: func(e *env) func(http.ResponseWriter, *http.Request) bool {
+						return func(w http.ResponseWriter, r *http.Request) bool {
+							if strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") != "" {
+								http.Redirect(w, r, "http://"+e.reg.host+"/storage/refuses-a-head", http.StatusTemporaryRedirect)
+								return true
+							}
+							if strings.HasPrefix(r.URL.Path, "/storage/") {
+								w.WriteHeader(http.StatusForbidden)
+								return true
+							}
+							return false
+						}
+					},
+					req: func(e *env) Request {
+						return Request{Image: e.image("team-a/app:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true}
+					},
+					check: func(t *testing.T, e *env, res Result, err error) {
+						if res.BlobsChecked != 3 {
+							t.Errorf("%d blobs checked, want 3", res.BlobsChecked)
+						}
+					},
+				},
+				{
 					name: "a registry error (500) is ErrUnreachable",
 					hook: func(e *env) func(http.ResponseWriter, *http.Request) bool {
 						return func(w http.ResponseWriter, r *http.Request) bool {

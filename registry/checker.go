@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/containerd/platforms"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -48,6 +49,7 @@ type Checker struct {
 	hosts         hostsCache
 	challenges    challengeMemory
 	manifests     *manifestCache
+	tags          tagMemory
 }
 
 // New validates opts and returns a Checker.
@@ -133,6 +135,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	// containerd's authorizer logs through logrus: keep it off stderr.
+	ctx = log.WithLogger(ctx, quietLogger)
 	chk := &check{c: c, name: name, cred: r.Credential, res: &res}
 	defer func() {
 		res.Requests = int(chk.requests.Load())

@@ -9,14 +9,20 @@
 // Checker.Check(ctx, Request) resolves Request.Image at the image's
 // registry with Request.Credential and returns nil only when:
 //
-//   - the registry answered the reference (GET of the manifest or index,
-//     by tag or by digest) for this credential, with a body that matches
-//     the digest asked for and the Docker-Content-Digest it named;
+//   - the registry answered the reference for this credential: a GET of
+//     the manifest or index, by tag or by digest, whose body matches the
+//     digest asked for and the Docker-Content-Digest it named; or, for a
+//     tag that resolved to a digest when a previous check GOT its bytes
+//     from this endpoint, a HEAD naming that same digest (a GET counts as
+//     a pull against Docker Hub's rate limits, a HEAD does not; a tag that
+//     moved, or a digest the registry never served, is a GET again);
 //   - the platform's manifest (picked from an index as containerd picks
 //     it) has the config Request.ImageID names, when it names one;
 //   - with Request.Blobs, a HEAD of each blob the image needs (config and
 //     layers, and any manifest taken from the memory cache) in this
-//     repository answered 200, all in one round of parallel requests.
+//     repository answered 200, or a redirect to the registry's storage
+//     (not followed: a registry redirects only once it found the blob for
+//     the credential), all in one round of parallel requests.
 //
 // Otherwise the error matches one of (errors.Is), and is an *Error whose
 // Error() is for the operator and whose Reason is short, for the pod:
@@ -67,9 +73,10 @@
 // stale one) is learnt and the request sent once more.
 //
 // So with a remembered challenge a check of a single-manifest image is one
-// GET of the manifest, then one round of parallel HEADs (plus the token
-// request on a token registry): the rounds of the runtime's own re-check
-// pull (HEAD 401, HEAD). Result.Requests counts every HTTP request.
+// request for the manifest (GET, or HEAD for a remembered tag), then one
+// round of parallel HEADs (plus the token request on a token registry):
+// the rounds of the runtime's own re-check pull (HEAD 401, HEAD; HEAD 401,
+// token, HEAD). Result.Requests counts every HTTP request.
 //
 // # Bounds
 //

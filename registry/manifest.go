@@ -227,3 +227,30 @@ func (c *manifestCache) put(d digest.Digest, m *manifest, size int64) {
 	c.order.PushBack(d)
 	c.bytes += size
 }
+
+// tagMemory remembers the digest each tag resolved to when a check last
+// GOT its manifest, so that the next check can ask with a HEAD. It holds
+// no credential; a HEAD answered for the credential is still required.
+// Bounded: past maxTags it forgets everything. Safe for concurrent use.
+type tagMemory struct {
+	mu sync.Mutex
+	m  map[string]digest.Digest
+}
+
+const maxTags = 4096
+
+func (t *tagMemory) get(key string) (digest.Digest, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.m[key]
+	return d, ok
+}
+
+func (t *tagMemory) put(key string, d digest.Digest) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil || len(t.m) >= maxTags {
+		t.m = map[string]digest.Digest{}
+	}
+	t.m[key] = d
+}
