@@ -22,6 +22,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// userAgent names the check in the registry's logs.
+const userAgent = "cri-image-proxy (registry check)"
+
 // check is one Check's state: its endpoint, its own HTTP client (which
 // counts and times its requests) and its own authorizer. Tokens live in
 // that authorizer and die with the check: nothing fetched with one
@@ -154,6 +157,9 @@ func (k *check) do(ctx context.Context, method, p, accept string) (*http.Respons
 		}
 		if accept != "" {
 			req.Header.Set("Accept", accept)
+		}
+		if req.Header.Get("User-Agent") == "" {
+			req.Header.Set("User-Agent", userAgent)
 		}
 		switch {
 		case k.cred.Kind() == KindRegistryToken:
@@ -429,10 +435,10 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 		return failure(ErrUnreachable, "invalid answer", "the image needs %d blobs, over the bound of %d", len(targets), maxBlobs)
 	}
 	const (
-		present = iota
+		failed = iota // the zero value: an outcome never set fails closed
+		present
 		missing
 		refused
-		failed
 	)
 	type outcome struct {
 		kind int
@@ -494,9 +500,11 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 			}
 			k.c.metrics.blobs.WithLabelValues(k.name.registry, how).Inc()
 			absent = append(absent, fmt.Sprintf("%s %s", targets[i].digest, how))
-		case failed:
+		default:
 			k.c.metrics.blobs.WithLabelValues(k.name.registry, "error").Inc()
 			switch {
+			case o.err == nil:
+				firstFailure = failure(ErrUnreachable, "internal error", "HEAD %s%s: no outcome", k.name.repository, targets[i].path)
 			case errors.Is(o.err, context.Canceled):
 				cancelled = o.err
 			case firstFailure == nil:
@@ -504,11 +512,11 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 			}
 		}
 	}
-	if len(absent) > 0 {
-		if len(absent) > 10 {
+	if n := len(absent); n > 0 {
+		if n > 10 {
 			absent = append(absent[:10], "…")
 		}
-		return failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", len(absent), len(targets)),
+		return failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", n, len(targets)),
 			"HEAD in %s: %s", k.name.repository, strings.Join(absent, ", "))
 	}
 	if firstFailure != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -650,5 +651,23 @@ func TestCheckAsksAVouchedMirrorInsteadOfTheServer(t *testing.T) {
 	}
 	if _, err := checker.Check(context.Background(), Request{Image: "private.test/team-a/app:v1", Credential: alice()}); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("after Reload without the mirror: got %v, want ErrUnreachable from the registry's server", err)
+	}
+}
+
+func TestCheckCountsEveryMissingBlobAndListsTenForTheOperator(t *testing.T) {
+	e := newEnv(t, authBasic)
+	img, err := random.Image(64, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.push.image("team-b/copy:big", img)
+	e.reg.setHook(manifestOnly)
+	_, err = e.checker.Check(context.Background(), Request{Image: e.image("team-b/copy:big"), Credential: bob(), Blobs: true})
+	var re *Error
+	if !errors.As(err, &re) || !errors.Is(err, ErrDenied) || re.Reason != "13 of 13 blobs not readable in the repository" {
+		t.Fatalf("got %v, want ErrDenied for 13 of 13", err)
+	}
+	if n := strings.Count(re.Detail, "sha256:"); n != 10 || !strings.HasSuffix(re.Detail, "…") {
+		t.Errorf("the detail lists %d digests: %s", n, re.Detail)
 	}
 }
