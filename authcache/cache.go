@@ -1,7 +1,6 @@
 package authcache
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -35,7 +34,7 @@ type Options struct {
 	// MaxEntries bounds the number of entries; 0 means DefaultMaxEntries.
 	MaxEntries int
 	// Clock is the time source; nil means the real clock.
-	Clock clock.WithTicker
+	Clock clock.PassiveClock
 	// OnEvict is called, without locks held, with the number of entries
 	// dropped because the cache was full (not because they expired).
 	OnEvict func(n int)
@@ -43,7 +42,7 @@ type Options struct {
 
 // Cache maps (key type, image, extra) to a value of type V with an expiry.
 type Cache[V any] struct {
-	clock   clock.WithTicker
+	clock   clock.PassiveClock
 	max     int
 	onEvict func(int)
 
@@ -194,20 +193,6 @@ func (c *Cache[V]) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
-}
-
-// Run purges expired entries every interval until ctx is done.
-func (c *Cache[V]) Run(ctx context.Context, interval time.Duration) {
-	t := c.clock.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			c.Purge()
-		}
-	}
 }
 
 // Do runs fetch once for all concurrent callers with the same flight key

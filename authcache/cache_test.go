@@ -1,7 +1,6 @@
 package authcache
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -82,30 +81,6 @@ func TestExpiry(t *testing.T) {
 			t.Errorf("a live entry was purged")
 		}
 	})
-}
-
-func TestRunPurgesPeriodically(t *testing.T) {
-	t.Parallel()
-	clk := testclock.NewFakeClock(t0)
-	c := New[string](Options{Clock: clk})
-	c.Put(Global, "x", "", "v", time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() { c.Run(ctx, time.Minute); close(done) }()
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
-	clk.Step(time.Minute)
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the periodic purge did not run")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	<-done
 }
 
 func TestExtraKeyPartSeparatesEntries(t *testing.T) {

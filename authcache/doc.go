@@ -15,8 +15,10 @@
 //     rather than only on read as in the kubelet.
 //   - The cache is bounded: past MaxEntries, expired entries go first, then
 //     those expiring soonest.
-//   - Do runs one fetch per key at a time (singleflight): concurrent pulls of
-//     one image run one plugin exec.
+//   - Do runs one fetch per flight key at a time (singleflight): the caller
+//     chooses the key (credplugins: the image, and for a token plugin the
+//     token, as the kubelet), so concurrent pulls of one image run one
+//     plugin exec per token.
 //   - Time comes from an injectable clock. A Cache is safe for concurrent use.
 //
 // Values are whatever the caller stores; they may be credentials, so the

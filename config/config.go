@@ -123,6 +123,12 @@ type EnsureSecretPulledImages struct {
 	// AdminSocket serves the records API for cri-image-proxy records
 	// (mode 0600: root only). Default: /run/cri-image-proxy/admin.sock.
 	AdminSocket string `json:"adminSocket,omitempty"`
+	// AdminGroup, a name or a GID, may use the admin socket as well as
+	// root (the socket is then mode 0660, of that group). Empty: root only.
+	// The daemon checks every caller's uid and groups on the socket itself,
+	// so this holds whatever the file's mode (systemd's, under socket
+	// activation).
+	AdminGroup string `json:"adminGroup,omitempty"`
 	// MaxRecordAge, when set, is how long a verified credential is re-used
 	// before it must be verified again against the registry (the KEP's
 	// dropped recheck period): an IfNotPresent pod then pulls, a Never
@@ -284,15 +290,25 @@ func (c *ProxyConfiguration) SetDefaults() {
 
 // Load reads, decodes, defaults and validates the file at path.
 func Load(path string) (*ProxyConfiguration, error) {
+	c, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Read reads and decodes the file at path and fills defaults; it does not
+// validate, so that flags can be applied first.
+func Read(path string) (*ProxyConfiguration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c, err := Decode(data)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/configfiles"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -131,34 +131,11 @@ func LoadConfig(path, binDir string) (*Config, error) {
 	return cfg, nil
 }
 
-// configFiles lists the files path stands for.
+// configFiles lists the files path stands for (package configfiles).
 func configFiles(path string) ([]string, error) {
-	if path == "" {
-		return nil, errors.New("credential provider config: no path given")
-	}
-	fi, err := os.Stat(path)
+	files, err := configfiles.List(path)
 	if err != nil {
 		return nil, fmt.Errorf("credential provider config: %w", err)
-	}
-	if !fi.IsDir() {
-		return []string{path}, nil
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, fmt.Errorf("credential provider config: %w", err)
-	}
-	var files []string
-	for _, e := range entries {
-		switch filepath.Ext(e.Name()) {
-		case ".json", ".yaml", ".yml":
-			if !e.IsDir() {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-	}
-	sort.Strings(files)
-	if len(files) == 0 {
-		return nil, fmt.Errorf("credential provider config: no *.json, *.yaml or *.yml file in directory %s", path)
 	}
 	return files, nil
 }

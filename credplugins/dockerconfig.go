@@ -30,7 +30,7 @@ func NewFromDockerConfig(path string, opts Options) (*Injector, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := Provider{Name: "docker-config", File: path, MatchImages: d.Keys(), APIVersion: "credentialprovider.kubelet.k8s.io/v1"}
+	p := Provider{Name: "docker-config", File: path, MatchImages: d.MatchImages(), APIVersion: "credentialprovider.kubelet.k8s.io/v1"}
 	in, err := New(&Config{Providers: []Provider{p}}, opts)
 	if err != nil {
 		return nil, err

@@ -1,40 +1,28 @@
 package credplugins
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 )
 
-// Defaults of the exec.
-const (
-	// DefaultExecTimeout is the kubelet's catch-all timeout for a plugin.
-	DefaultExecTimeout = time.Minute
-	// maxStdout bounds what a plugin may answer: a response holds a few
-	// credentials, far below this.
-	maxStdout = 1 << 20
-	// maxStderr bounds the diagnostics kept; stderr is only logged.
-	maxStderr = 64 << 10
-	// waitDelay bounds how long we wait for the pipes after the plugin
-	// exited or was killed, when a child it left behind holds them.
-	waitDelay = 5 * time.Second
-)
+// DefaultExecTimeout is the kubelet's catch-all timeout for a plugin.
+const DefaultExecTimeout = execplugin.DefaultTimeout
 
-// Errors of an exec, for callers that branch and for metric results.
+// Errors of an exec, for callers that branch and for metric results: the
+// bounds of the exec are internal/execplugin's, shared with image policy
+// plugins.
 var (
-	ErrPluginTimeout     = errors.New("credential provider plugin timed out")
-	ErrPluginFailed      = errors.New("credential provider plugin failed")
-	ErrPluginOutputLimit = errors.New("credential provider plugin wrote too much")
+	ErrPluginTimeout     = execplugin.ErrTimeout
+	ErrPluginFailed      = execplugin.ErrFailed
+	ErrPluginOutputLimit = execplugin.ErrOutputLimit
 )
 
 // execRequest is what a plugin is asked.
@@ -87,74 +75,15 @@ func (e *execPlugin) run(ctx context.Context, req execRequest) (*credentialprovi
 		return nil, nil, fmt.Errorf("plugin %s: encode request: %w", e.name, err)
 	}
 
-	ctx, cancel := context.WithTimeoutCause(ctx, e.timeout, ErrPluginTimeout)
-	defer cancel()
-	ctx, abort := context.WithCancelCause(ctx)
-	defer abort(nil)
-
-	stdout := &cappedBuffer{max: maxStdout, onOverflow: func() { abort(ErrPluginOutputLimit) }}
-	stderr := &cappedBuffer{max: maxStderr}
-	cmd := exec.CommandContext(ctx, e.path, e.args...)
-	cmd.Stdin = bytes.NewReader(data)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// Appended last, the config's variables win (kubernetes/kubernetes#102750).
-	cmd.Env = append(e.environ(), e.env...)
-	// Its own process group, so that a timeout kills what it started too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = waitDelay
-
-	runErr := cmd.Run()
-	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
-		switch {
-		case errors.Is(cause, ErrPluginOutputLimit):
-			return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w: more than %d bytes on stdout; killed", e.name, ErrPluginOutputLimit, maxStdout)
-		case errors.Is(cause, ErrPluginTimeout):
-			return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w after %v; killed with its process group", e.name, ErrPluginTimeout, e.timeout)
-		default:
-			return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w", e.name, cause)
-		}
-	}
-	if runErr != nil {
-		var exitErr *exec.ExitError
-		if errors.As(runErr, &exitErr) {
-			if exitErr.ExitCode() >= 0 {
-				return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w: exit code %d", e.name, ErrPluginFailed, exitErr.ExitCode())
-			}
-			return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w: %v", e.name, ErrPluginFailed, exitErr.ProcessState)
-		}
-		return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w: %v", e.name, ErrPluginFailed, runErr)
-	}
-	resp, err := pluginapi.DecodeResponse(e.apiVersion, stdout.Bytes())
+	stdout, stderr, err := execplugin.Run(ctx, execplugin.Command{
+		Name: e.name, Path: e.path, Args: e.args, Env: e.env, Environ: e.environ, Stdin: data, Timeout: e.timeout,
+	})
 	if err != nil {
-		return nil, stderr.Bytes(), fmt.Errorf("plugin %s: %w", e.name, err)
+		return nil, stderr, err
 	}
-	return resp, stderr.Bytes(), nil
-}
-
-// cappedBuffer keeps at most max bytes; past that it calls onOverflow
-// once and discards the rest. It must not embed bytes.Buffer: io.Copy would
-// use the buffer's ReadFrom and bypass the cap.
-type cappedBuffer struct {
-	buf        bytes.Buffer
-	max        int
-	onOverflow func()
-	overflowed bool
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := c.max - c.buf.Len(); room < len(p) {
-		if room > 0 {
-			c.buf.Write(p[:room])
-		}
-		if !c.overflowed && c.onOverflow != nil {
-			c.overflowed = true
-			c.onOverflow()
-		}
-		return len(p), nil
+	resp, err := pluginapi.DecodeResponse(e.apiVersion, stdout)
+	if err != nil {
+		return nil, stderr, fmt.Errorf("plugin %s: %w", e.name, err)
 	}
-	return c.buf.Write(p)
+	return resp, stderr, nil
 }
-
-// Bytes returns what was kept.
-func (c *cappedBuffer) Bytes() []byte { return c.buf.Bytes() }

@@ -36,7 +36,8 @@ type Answer struct {
 }
 
 // plugin is one configured provider with its cache, as the kubelet's
-// pluginProvider: a cache per provider, one exec per image at a time.
+// pluginProvider: a cache per provider, one exec per image (and token) at a
+// time.
 type plugin struct {
 	cfg Provider
 	// definition identifies what the plugin does (definition()): a
@@ -62,8 +63,9 @@ func (p *plugin) matches(image string) bool {
 
 // provide returns the provider's answer for image (a repository without tag
 // or digest), from the cache when it holds one, else by running the plugin.
-// Concurrent calls for one image (and service account) run it once. A
-// token provider (tokenAttributes) works for pod, as the kubelet does.
+// Concurrent calls for one image (and, for a token provider, one token)
+// run it once. A token provider (tokenAttributes) works for pod, as the
+// kubelet does.
 func (p *plugin) provide(ctx context.Context, image string, pod *PodRef) (Answer, error) {
 	var sa saRequest
 	if p.cfg.TokenAttributes != nil {
@@ -81,7 +83,7 @@ func (p *plugin) provide(ctx context.Context, image string, pod *PodRef) (Answer
 	// The flight must not die with the first caller: the others wait on it.
 	// The exec has its own timeout.
 	flightCtx := context.WithoutCancel(ctx)
-	v, err, _ := p.cache.Do(authcache.FlightKey(image, sa.cacheKey), func() (any, error) {
+	v, err, _ := p.cache.Do(sa.flightKey(image), func() (any, error) {
 		return p.exec(flightCtx, image, sa)
 	})
 	if err != nil {

@@ -253,6 +253,27 @@ func TestCandidateOrder(t *testing.T) {
 			want:    []string{"p/https://index.docker.io/v1/"},
 		},
 		{
+			name:    "an organisation's Docker Hub image falls back to docker login's key",
+			image:   "docker.io/org/app",
+			answers: []Answer{{Provider: "p", Auth: Auth{"index.docker.io": c("hub"), "registry.test": c("x")}}},
+			want:    []string{"p/index.docker.io"},
+		},
+		{
+			name:  "a key that matches in one answer turns Docker Hub's fallback off in all, as in the kubelet's keyring",
+			image: "docker.io/org/app",
+			answers: []Answer{
+				{Provider: "hub", Auth: Auth{"https://index.docker.io/v1/": c("hub")}},
+				{Provider: "org", Auth: Auth{"docker.io/org": c("org")}},
+			},
+			want: []string{"org/docker.io/org"},
+		},
+		{
+			name:    "another registry's image does not fall back to Docker Hub's key",
+			image:   "registry.test/library/nginx",
+			answers: []Answer{{Provider: "p", Auth: Auth{"https://index.docker.io/v1/": c("hub")}}},
+			want:    nil,
+		},
+		{
 			name:    "the same credential under two keys is tried once",
 			image:   "registry.test/app",
 			answers: []Answer{{Provider: "p", Auth: Auth{"registry.test": c("a"), "*.test": c("a")}}},

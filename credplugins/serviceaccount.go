@@ -43,6 +43,24 @@ type saRequest struct {
 	cacheKey    string                        // the extra cache key part
 }
 
+// flightKey is the key that merges concurrent runs of the plugin for image,
+// as the kubelet's (pkg/credentialprovider/plugin/plugin.go,
+// generateSingleFlightKey: image, token hash, annotations): one run per
+// token. The service account cache key alone would let two pods of one
+// account share a run made with the first pod's token, and the second pod
+// would get the credential minted for another pod's token even where the
+// plugin answers cacheDuration 0 (KEP-4412's way to keep credentials from
+// being shared across pods). The cache key carries the annotations, and
+// the account, which the token implies. It is computed on a cache miss
+// only: a hit needs no hash.
+func (r saRequest) flightKey(image string) string {
+	tokenHash := ""
+	if r.token != "" {
+		tokenHash = hashToken(r.token)
+	}
+	return authcache.FlightKey(image, r.cacheKey, tokenHash)
+}
+
 // serviceAccountRequest prepares a token provider's run for pod, as the
 // kubelet does (pkg/credentialprovider/plugin/plugin.go): the pod's
 // service account, the required and optional annotations it asks for, a

@@ -62,7 +62,7 @@ func tokenProvider(cacheType string, require bool, required, optional []string) 
 			RequiredServiceAccountAnnotationKeys: required, OptionalServiceAccountAnnotationKeys: optional}}
 }
 
-func newTokenInjector(t *testing.T, api *fakeAPI, p Provider, r runner) *Injector {
+func newTokenInjector(t testing.TB, api *fakeAPI, p Provider, r runner) *Injector {
 	t.Helper()
 	src := podtoken.New(podtokentest.API(api.client), "node", podtoken.Options{})
 	in, err := New(&Config{Hash: "h", Providers: []Provider{p}}, Options{Clock: testclock.NewFakeClock(t0), Identity: src})

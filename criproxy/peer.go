@@ -7,10 +7,11 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 )
 
 // Client classes: the label values of the last-call metric. A class is
@@ -60,17 +61,9 @@ func (peerCredentials) ClientHandshake(context.Context, string, net.Conn) (net.C
 // cannot be read is served as any other, of class "other".
 func (p peerCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	info := peerInfo{class: ClientOther, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}
-	if uc, ok := conn.(*net.UnixConn); ok {
-		if raw, err := uc.SyscallConn(); err == nil {
-			var cred *syscall.Ucred
-			var serr error
-			if err := raw.Control(func(fd uintptr) {
-				cred, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-			}); err == nil && serr == nil && cred.Pid > 0 {
-				if b, err := os.ReadFile(fmt.Sprintf("%s/%d/comm", p.proc, cred.Pid)); err == nil {
-					info.class = clientClass(strings.TrimSpace(string(b)))
-				}
-			}
+	if who, err := unixsock.PeerOf(conn); err == nil && who.PID > 0 {
+		if b, err := os.ReadFile(fmt.Sprintf("%s/%d/comm", p.proc, who.PID)); err == nil {
+			info.class = clientClass(strings.TrimSpace(string(b)))
 		}
 	}
 	return conn, info, nil

@@ -54,7 +54,9 @@ func run(m *testing.M) int {
 		}
 	}
 
-	testRig, err = rig.Start(rig.Options{Logf: logf})
+	// The registry names its users: tests show whose credential a pull
+	// used (RegistryUsers).
+	testRig, err = rig.Start(rig.Options{Logf: logf, RegistryUsers: true})
 	if err != nil {
 		logf("starting the rig: %v", err)
 		return 1

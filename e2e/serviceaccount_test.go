@@ -142,13 +142,15 @@ func createNamespace(t *testing.T, k *kuberig.Kube, ns string) {
 }
 
 // tokenPluginSetup writes the token plugin's provider config: the
-// kubelet's KEP-4412 attributes, with a required annotation.
-func tokenPluginSetup(t *testing.T) pluginSetup {
+// kubelet's KEP-4412 attributes, with a required annotation; extraArgs go
+// to the plugin.
+func tokenPluginSetup(t *testing.T, extraArgs ...string) pluginSetup {
 	t.Helper()
 	s := newPluginDir(t, "tokenplugin")
 	dir := s.dir
 	creds := s.writeTokenUsers(t)
 	s.wrap(t, "token-provider", tokenBin)
+	args, _ := json.Marshal(append([]string{"--for-tests-only", "--audience", audience, "--credentials", creds, "--log", filepath.Join(dir, "claims.log")}, extraArgs...))
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
 providers:
@@ -156,13 +158,13 @@ providers:
     matchImages: ["%s"]
     defaultCacheDuration: 10m
     apiVersion: credentialprovider.kubelet.k8s.io/v1
-    args: ["--for-tests-only", "--audience", "%s", "--credentials", "%s", "--log", "%s"]
+    args: %s
     tokenAttributes:
       serviceAccountTokenAudience: %s
       cacheType: ServiceAccount
       requireServiceAccount: true
       requiredServiceAccountAnnotationKeys: ["registry.test/user"]
-`, testRig.Registry, audience, creds, filepath.Join(dir, "claims.log"), audience)
+`, testRig.Registry, args, audience)
 	os.WriteFile(s.config, []byte(cfg), 0o644)
 	return s
 }

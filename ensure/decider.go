@@ -1,10 +1,15 @@
 package ensure
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
+
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -21,9 +26,12 @@ type Decider struct {
 	policy atomic.Pointer[policyRef]
 	// expiry (optional) bounds the re-use of verified credentials; swapped
 	// whole by SetExpiry.
-	expiry  atomic.Pointer[expiryRef]
-	now     func() time.Time
-	runtime Runtime
+	expiry atomic.Pointer[expiryRef]
+	now    func() time.Time
+	// futureLogged says a verification time in the future was reported:
+	// once is enough to send the operator to the clock.
+	futureLogged atomic.Bool
+	runtime      Runtime
 	// pending counts pulls in flight per repository, intents a crash left
 	// included: their images are never taken for preloaded ones.
 	pending *pendingTable
@@ -79,4 +87,245 @@ func (d *Decider) init(store RecordStore, policy Policy, rt Runtime, log *slog.L
 		}
 	}
 	return leftover, nil
+}
+
+// decision is the outcome of a must-verify check.
+type decision struct {
+	verify bool
+	result string // the kubelet's result name
+	rule   string // why, for the decision log and explain
+}
+
+// decide is the kubelet's MustAttemptImagePull without the pod: whether
+// using the present image imageRef as repository repo ("" when unknown)
+// requires the pod to prove a credential.
+//
+// Unlike the kubelet, "pulled by the proxy" is decided per repository when
+// the repository is known: a digest pulled with a secret through repository
+// X does not make a preloaded copy under Y need verification
+// (kubernetes/kubernetes#138175). Knowing a repository requires the runtime
+// to list the image under it; lookups by image ID never know one.
+func (d *Decider) decide(imageRef, repo string, names []string) decision {
+	if imageRef == "" {
+		return decision{true, resultMustAuth, "no image ID"}
+	}
+	policy := d.Policy()
+	rec, err := d.store.Get(imageRef)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		// The record is unknown: decide as if the image had been pulled
+		// with credentials, the case that needs the most.
+		if !policy.VerificationRequired(repo, true) {
+			return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
+		}
+		if !errors.Is(err, ErrRecordsUnavailable) { // said once, at start
+			d.log.Error("reading the image's record failed; it needs verification", "image", imageRef, "err", err)
+		}
+		return decision{true, resultError, "the record cannot be read: " + err.Error()}
+	}
+	var mapping *imagePullCredentials
+	if rec != nil && repo != "" {
+		if c, ok := rec.CredentialMapping[repo]; ok {
+			mapping = &c
+		}
+	}
+	pulled := d.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) ||
+		(rec == nil && (d.unrecorded.has(imageRef) || repo == "" && d.pulledAsListed(names)))
+	if !policy.VerificationRequired(repo, pulled) {
+		return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
+	}
+	if rec == nil {
+		return decision{true, resultMustAuth, "no record of a verified pull"}
+	}
+	if repo == "" {
+		if d.unrecorded.has(imageRef) {
+			return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and a pull of the image could not be recorded"}
+		}
+		for r, c := range rec.CredentialMapping {
+			if !c.NodePodsAccessible {
+				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
+			}
+			if ok, why := d.fresh(imageRef, r, "node"); !ok {
+				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and " + r + " was " + why}
+			}
+		}
+		if len(rec.CredentialMapping) == 0 {
+			return decision{true, resultMustAuth, "the record has no repository"}
+		}
+		return decision{false, resultRecordFound, "every repository of the image is accessible to all pods of the node"}
+	}
+	switch {
+	case mapping == nil:
+		return decision{true, resultMustAuth, "no verified pull as " + repo}
+	case mapping.NodePodsAccessible:
+		if ok, why := d.fresh(imageRef, repo, "node"); !ok {
+			return decision{true, resultMustAuth, repo + " was pulled anonymously or with node credentials, " + why}
+		}
+		return decision{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
+	}
+	return decision{true, resultMustAuth, repo + " was pulled with credentials"}
+}
+
+type (
+	imagePullCredentials = kubeletconfigv1beta1.ImagePullCredentials
+	kubeletSecret        = kubeletconfigv1beta1.ImagePullSecret
+)
+
+func orUnknown(repo string) string {
+	if repo == "" {
+		return "(unknown repository)"
+	}
+	return repo
+}
+
+// verified reports whether the request's credential (its salted hash,
+// "" for none) is already verified for imageRef as repo. A pod's other
+// secrets and its service account are the business of entitled.
+func (d *Decider) verified(imageRef, repo, hash string) (bool, string) {
+	rec, err := d.store.Get(imageRef)
+	if err != nil {
+		return false, "no readable record"
+	}
+	c, ok := rec.CredentialMapping[repo]
+	if !ok {
+		return false, "no verified pull as " + repo
+	}
+	switch {
+	case hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == hash }):
+		if ok, why := d.fresh(imageRef, repo, "h:"+hash); !ok {
+			return false, "the request's credential was " + why
+		}
+		return true, "the request's credential was verified for " + repo
+	case hash == "" && c.NodePodsAccessible:
+		if ok, why := d.fresh(imageRef, repo, "node"); !ok {
+			return false, repo + " was " + why
+		}
+		return true, repo + " is accessible to all pods of the node"
+	}
+	return false, "the request's credential was never verified for " + repo
+}
+
+// repoMayNeedVerification reports, from memory only, whether an image
+// listed as repo may need verification: it errs towards true. Where a
+// maximum record age applies to repo, any record of it may have expired,
+// a node-wide one included (the restricted index does not count those):
+// the call is decided, so that ImageStatus hides what CreateContainer
+// would refuse.
+func (d *Decider) repoMayNeedVerification(repo string) bool {
+	policy := d.Policy()
+	if policy.MayNeedVerification(repo, d) {
+		return true
+	}
+	return d.Expiry().MaxAge(repo) > 0 && policy.VerificationRequired(repo, true)
+}
+
+func (d *Decider) pullInFlight(repo string) bool { return d.pending.has(repo) }
+func (d *Decider) restricted(repo string) bool   { return d.store.Restricted(repo) }
+
+// parse is imageref's parse of image, remembered: the same few names
+// come back on every kubelet sync, and parsing one costs microseconds.
+func (d *Decider) parse(image string) imageref.Name { return d.names.Parse(image) }
+
+// repository is imageref.Repository, remembered.
+func (d *Decider) repository(image string) (string, bool) {
+	n := d.names.Parse(image)
+	return n.Repository, n.OK
+}
+
+// listedAs reports whether the runtime lists an image under repository
+// repo, given the lists of names it lists it under: only then did a lookup
+// by name really find it by that name (containerd also resolves a name
+// that is an ID prefix).
+func (d *Decider) listedAs(repo string, names ...[]string) bool {
+	for _, list := range names {
+		for _, r := range list {
+			if name, ok := d.repository(r); ok && name == repo {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resolve returns the image q names, as the runtime itself answers (a
+// zero Image when absent), and the repository it is known under: "" when
+// it cannot be told (a lookup by ID, or a name the image is not listed
+// under).
+func (d *Decider) resolve(ctx context.Context, q ImageQuery) (Image, string, error) {
+	img, ok, err := d.runtime.Image(ctx, q)
+	if err != nil || !ok {
+		return Image{}, "", err
+	}
+	for _, name := range []string{q.UserSpecified, q.Name} {
+		if r, ok := d.repository(name); ok && d.listedAs(r, img.Names) {
+			return img, r, nil
+		}
+	}
+	return img, "", nil
+}
+
+// pulledAsListed reports whether a pull through the proxy is in flight, or
+// its outcome unsettled, for a repository the image is listed under: an
+// image with no record found by ID is then not taken for a preloaded one.
+func (d *Decider) pulledAsListed(names []string) bool {
+	for _, n := range names {
+		if r, ok := d.repository(n); ok && d.pending.has(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(c Credential) string {
+	switch {
+	case c.Node:
+		return "anonymous or node credentials: accessible to all pods of the node"
+	case c.ServiceAccount != nil:
+		return "service account " + c.ServiceAccount.Namespace + "/" + c.ServiceAccount.Name
+	}
+	return "a credential of the request, checked by the registry"
+}
+
+// logDecision writes the decision log line, at debug level. It never
+// holds a secret: images, pods and rules only.
+func (d *Decider) logDecision(ctx context.Context, what, image, imageRef, pod, rule string) {
+	if d.log.Enabled(ctx, slog.LevelDebug) {
+		d.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", imageRef, "pod", pod, "rule", rule)
+	}
+}
+
+// ResolveImage returns the image ID of a name, as the runtime answers it;
+// an error when the image is not present.
+func (d *Decider) ResolveImage(ctx context.Context, image string) (string, error) {
+	img, _, err := d.resolve(ctx, ImageQuery{Name: image})
+	if err != nil {
+		return "", err
+	}
+	ref := img.ID
+	if ref == "" {
+		return "", fmt.Errorf("image %s is not present", image)
+	}
+	return ref, nil
+}
+
+// PruneRecords drops the records of images the runtime no longer lists,
+// last updated before until: the records part of GC, for a records gc run
+// with no daemon (the daemon settles the intents on disk at its start).
+func (d *Decider) PruneRecords(ctx context.Context, until time.Time) (int, error) {
+	images, err := d.runtime.Images(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("gc: list images: %w", err)
+	}
+	return d.prune(images, until)
+}
+
+func (d *Decider) prune(images []Image, until time.Time) (int, error) {
+	present := make(map[string]bool, len(images))
+	for _, img := range images {
+		present[img.ID] = true
+	}
+	n, err := d.store.Prune(func(ref string) bool { return present[ref] }, until)
+	if err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
+	return n, nil
 }

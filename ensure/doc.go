@@ -9,7 +9,7 @@
 // CreateContainer; ImageStatus carries none. So:
 //
 //   - ImageStatus by name: when the image is present but its repository
-//     needs verification for this node (see Policy.mustVerify), the answer is
+//     needs verification for this node (Policy.VerificationRequired), the answer is
 //     "not present": the kubelet then pulls (IfNotPresent) or refuses
 //     (Never) with the message it uses for a missing image. Lookups by image
 //     ID are answered as the runtime answers them.
@@ -34,6 +34,17 @@
 // rules refuse every image a policy would ever verify, and every pull.
 // Secrets are never stored: only salted SHA-256 hashes, with a random salt
 // per database.
+//
+// # Shape
+//
+// The core speaks plain Go: the Decider (decider.go) decides what the
+// records, the policy, the runtime and the pulls in flight say of an image;
+// the Guard adds the CRI path's state and its calls Hide (hide.go), Pull
+// (pull.go), Admit (admit.go) and Remove (lifecycle.go). Each intercepted
+// CRI method has one file (image_status.go, image_pull.go,
+// container_create.go, image_remove.go, sandbox_remove.go,
+// runtime_status.go) that only translates the CRI request to a core call
+// and its answer back; interceptors.go lists them, in order.
 //
 // # Records
 //

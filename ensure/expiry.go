@@ -89,10 +89,25 @@ func (d *Decider) fresh(imageRef, repo string, keys ...string) (ok bool, why str
 		return true, ""
 	}
 	now := d.now()
+	future := false
 	for _, k := range keys {
-		if t, found, err := d.store.VerifiedAt(imageRef, repo, k); err == nil && found && now.Sub(t) <= max {
+		t, found, err := d.store.VerifiedAt(imageRef, repo, k)
+		switch {
+		case err != nil || !found:
+		case t.After(now):
+			// A clock that ran ahead and was corrected: the time says nothing
+			// of how old the verification is, so it is not fresh.
+			future = true
+		case now.Sub(t) <= max:
 			return true, ""
 		}
+	}
+	if future {
+		if d.futureLogged.CompareAndSwap(false, true) {
+			d.log.Warn("a record has a verification time in the future (the clock was set back?); such credentials are verified again",
+				"imageRef", imageRef, "repository", repo, "now", now)
+		}
+		return false, fmt.Sprintf("verified at a time in the future for %s: it must be verified again", repo)
 	}
 	return false, fmt.Sprintf("verified more than the maximum record age (%s) ago for %s, or before the age was kept: it must be verified again", max, repo)
 }
@@ -163,7 +178,7 @@ func CredentialAges(store RecordStore, rec *Record, expiry *Expiry, now time.Tim
 					a.VerifiedAt = t
 				}
 			}
-			a.Expired = max > 0 && (a.VerifiedAt.IsZero() || now.Sub(a.VerifiedAt) > max)
+			a.Expired = max > 0 && (a.VerifiedAt.IsZero() || a.VerifiedAt.After(now) || now.Sub(a.VerifiedAt) > max)
 			out = append(out, a)
 		}
 	}

@@ -148,3 +148,32 @@ func TestExpiryValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestAVerificationTimeInTheFutureIsNotFresh: a clock that ran ahead and
+// was corrected leaves verification times in the future; such a time
+// counts as expired (the credential is verified again), not as fresh for
+// as long as the clock was wrong, and the operator is told once.
+func TestAVerificationTimeInTheFutureIsNotFresh(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s.guard.SetExpiry(&ensure.Expiry{Default: time.Hour})
+	s.clock.Step(24 * time.Hour) // the clock runs a day ahead
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("tenant A's pull: %s", got)
+	}
+	s.clock.Step(-24 * time.Hour) // and is corrected
+	for i, p := range []pod{podA2, {uid: "a3", creds: podA.creds}} {
+		before := s.node.registryRequests()
+		if got := s.start(p, private, "IfNotPresent"); got != running {
+			t.Fatalf("pod %d: %s", i, got)
+		}
+		// The first verifies again (its record's time is refreshed to now);
+		// the second re-uses that fresh verification.
+		if n, want := s.node.registryRequests()-before, 1-i; n != want {
+			t.Errorf("pod %d: %d registry requests, want %d", i, n, want)
+		}
+	}
+	if n := strings.Count(s.log.String(), "verification time in the future"); n != 1 {
+		t.Errorf("the operator's log says %d times that a verification time is in the future, want once:\n%s", n, s.log.String())
+	}
+}

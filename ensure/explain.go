@@ -32,8 +32,8 @@ type Explanation struct {
 // Explain tells what the core decides for image (a name or an image ID)
 // and, when podUID is set, that pod, without the daemon's grants (it does
 // not know them: GrantsKnown is false). It changes nothing.
-func (g *Decider) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
-	return g.explain(ctx, image, podUID, nil)
+func (d *Decider) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
+	return d.explain(ctx, image, podUID, nil)
 }
 
 // Explain is the Decider's, with the pod's in-memory grant.
@@ -43,15 +43,15 @@ func (g *Guard) Explain(ctx context.Context, image, podUID string) (*Explanation
 
 // explain is Explain; granted, when the caller knows the grants, tells
 // whether a pod holds one for an image.
-func (g *Decider) explain(ctx context.Context, image, podUID string, granted func(podUID, imageRef string) bool) (*Explanation, error) {
-	e := &Explanation{Image: image, Policy: string(g.Policy().Name()), PodUID: podUID, GrantsKnown: granted != nil}
-	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
+func (d *Decider) explain(ctx context.Context, image, podUID string, granted func(podUID, imageRef string) bool) (*Explanation, error) {
+	e := &Explanation{Image: image, Policy: string(d.Policy().Name()), PodUID: podUID, GrantsKnown: granted != nil}
+	img, present, err := d.runtime.Image(ctx, ImageQuery{Name: image})
 	if err != nil {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
 	}
 	if present {
 		e.Present, e.ImageRef = true, img.ID
-		if repo, ok := g.repository(image); ok && g.listedAs(repo, img.Names) {
+		if repo, ok := d.repository(image); ok && d.listedAs(repo, img.Names) {
 			e.Repository = repo
 		}
 	} else if imageref.IsID(image) {
@@ -60,7 +60,7 @@ func (g *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		e.Repository, _ = imageref.Repository(image)
 	}
 	if e.ImageRef != "" {
-		if rec, err := g.store.Get(e.ImageRef); err == nil {
+		if rec, err := d.store.Get(e.ImageRef); err == nil {
 			e.Record = rec
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
@@ -71,21 +71,21 @@ func (g *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		e.Result, e.Rule = resultMustAuth, "not present"
 		return e, nil
 	}
-	d := g.decideNoMetrics(e.ImageRef, e.Repository)
-	e.NeedsVerification, e.Result, e.Rule = d.verify, d.result, d.rule
+	dec := d.decide(e.ImageRef, e.Repository, img.Names)
+	e.NeedsVerification, e.Result, e.Rule = dec.verify, dec.result, dec.rule
 	if podUID != "" && granted != nil {
 		e.PodGranted = granted(podUID, e.ImageRef)
 	}
 	var b strings.Builder
 	switch {
-	case !d.verify:
+	case !dec.verify:
 		b.WriteString("any pod may use it: ")
 	case e.PodGranted:
 		b.WriteString("this pod may use it (it pulled it with a verified credential); other pods must verify: ")
 	default:
 		b.WriteString("hidden from ImageStatus; a pod must pull it with a credential the registry accepts (or one already verified for it): ")
 	}
-	b.WriteString(d.rule)
+	b.WriteString(dec.rule)
 	e.Verdict = b.String()
 	return e, nil
 }

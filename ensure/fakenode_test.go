@@ -213,3 +213,26 @@ func cred(userPass string) *runtimeapi.AuthConfig {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// put makes image (name:tag) present as id, as a pull that completed does.
+func (n *fakeNode) put(image, id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ref := norm(image); n.local[ref] == nil {
+		n.store(ref, id)
+	}
+}
+
+// has reports whether the node holds the image id.
+func (n *fakeNode) has(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.local[id] != nil
+}
+
+// setStatusErr makes every ImageStatus fail with err (nil: answer again).
+func (n *fakeNode) setStatusErr(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.statusErr = err
+}

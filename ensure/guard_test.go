@@ -100,7 +100,7 @@ func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
 	spec := &runtimeapi.ImageSpec{Image: image}
 	ref := ""
 	if pullPolicy != "Always" {
-		st, err := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}, s.nodeImageStatus)
+		st, err := s.imageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
 		if err != nil {
 			return unexpectedErr
 		}
@@ -137,6 +137,15 @@ func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
 		return deniedCreate
 	}
 	return unexpectedErr
+}
+
+// imageStatus is an ImageStatus through the proxy: the guard's filter
+// first, as criproxy applies it, then the guard.
+func (s *setup) imageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	if !s.guard.WantsImageStatus(req) {
+		return s.node.ImageStatus(ctx, req)
+	}
+	return s.guard.ImageStatus(ctx, req, s.nodeImageStatus)
 }
 
 func (s *setup) nodeImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {

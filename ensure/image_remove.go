@@ -8,27 +8,12 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
-func init() {
-	register(func(g *Guard) criproxy.Interceptor { return criproxy.Intercept(criproxy.RemoveImage, g.RemoveImage) })
-}
-
-// RemoveImage drops the image's record once the runtime removed it.
+// RemoveImage is the CRI adapter of Remove.
 func (g *Guard) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest, next criproxy.Next[runtimeapi.RemoveImageRequest, runtimeapi.RemoveImageResponse]) (*runtimeapi.RemoveImageResponse, error) {
-	ref, _, _ := g.resolve(ctx, queryOf(req.GetImage()))
-	resp, err := next(ctx, req)
-	if err != nil || ref == "" {
-		return resp, err
-	}
-	// containerd removes the image with every name it has; if some name
-	// is left (another runtime), the record must stay. A pull of the image
-	// finishing meanwhile records after the forget (refLocks).
-	unlock := g.refs.lock(ref)
-	defer unlock()
-	if _, present, serr := g.runtime.Image(ctx, ImageQuery{Name: ref}); serr == nil && !present {
-		if _, ferr := g.store.Forget(ref); ferr != nil {
-			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", ferr)
-		}
-		g.grants.dropImage(ref)
-	}
-	return resp, nil
+	var resp *runtimeapi.RemoveImageResponse
+	err := g.Remove(ctx, queryOf(req.GetImage()), func(ctx context.Context) (err error) {
+		resp, err = next(ctx, req)
+		return err
+	})
+	return resp, err
 }

@@ -8,36 +8,17 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
-func init() {
-	register(func(g *Guard) criproxy.Interceptor {
-		return criproxy.InterceptFiltered(criproxy.ImageStatus, g.ImageStatus, g.WantsImageStatus)
-	})
-}
-
-// ImageStatus answers "not present" for a present image whose repository
-// needs verification; see the package documentation.
+// ImageStatus is the CRI adapter of Hide: a present image the guard hides
+// is answered "not present".
 func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next criproxy.Next[runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse]) (*runtimeapi.ImageStatusResponse, error) {
 	resp, err := next(ctx, req)
 	if err != nil || resp.GetImage() == nil {
 		return resp, err
 	}
-	name := req.GetImage().GetImage()
-	repo, ok := g.repository(name)
-	if !ok || !g.listedAs(repo, resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
-		return resp, nil // a lookup by ID: answered as the runtime answers, CreateContainer decides
+	if g.Hide(ctx, req.GetImage().GetImage(), resp.Image.GetId(), resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
+		return &runtimeapi.ImageStatusResponse{}, nil
 	}
-	d := g.decide(resp.Image.Id, repo)
-	if !d.verify {
-		return resp, nil
-	}
-	if ok, why := g.showToWaiters(ctx, name, resp.Image.Id, repo); ok {
-		g.logDecision(ctx, "ImageStatus: shown", name, resp.Image.Id, "", why)
-		return resp, nil
-	}
-	g.hidden.add(name, resp.Image.Id, g.clock.Now())
-	g.metrics.hidden.Inc()
-	g.logDecision(ctx, "ImageStatus: hidden", name, resp.Image.Id, "", d.rule)
-	return &runtimeapi.ImageStatusResponse{}, nil
+	return resp, nil
 }
 
 // WantsImageStatus lets ImageStatus calls the guard can never hide pass

@@ -1,34 +1,22 @@
 package ensure
 
 import (
-	"fmt"
-
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
-// adapters are the guard's CRI interceptors, one per intercepted method,
-// each registered by the file that holds it (image_status.go,
-// image_pull.go, image_remove.go, container_create.go, sandbox_remove.go):
-// intercepting one more method is one more such file.
-var adapters []func(*Guard) criproxy.Interceptor
-
-func register(adapter func(*Guard) criproxy.Interceptor) { adapters = append(adapters, adapter) }
-
-// Interceptors returns the guard's interceptors, for criproxy.New.
+// Interceptors returns the guard's CRI interceptors, for criproxy.New,
+// one per intercepted method, each the adapter of one file
+// (image_status.go, image_pull.go, ...). The guard is the outermost hook
+// of a PullImage: it must see what the credential injection inside it did.
+// Intercepting one more method is one more such file and one more line
+// here.
 func (g *Guard) Interceptors() []criproxy.Interceptor {
-	out := make([]criproxy.Interceptor, 0, len(adapters))
-	for _, a := range adapters {
-		out = append(out, a(g))
+	return []criproxy.Interceptor{
+		criproxy.InterceptFiltered(criproxy.ImageStatus, g.ImageStatus, g.WantsImageStatus),
+		criproxy.Intercept(criproxy.PullImage, g.PullImage),
+		criproxy.Intercept(criproxy.RemoveImage, g.RemoveImage),
+		criproxy.Intercept(criproxy.CreateContainer, g.CreateContainer),
+		criproxy.Intercept(criproxy.RemovePodSandbox, g.RemovePodSandbox),
+		criproxy.Intercept(criproxy.Status, g.Status),
 	}
-	return out
-}
-
-// podName names a pod for the log, from the CRI sandbox metadata.
-func podName(m *runtimeapi.PodSandboxMetadata) string {
-	if m == nil {
-		return "(no pod)"
-	}
-	return fmt.Sprintf("%s/%s (uid %s)", m.GetNamespace(), m.GetName(), m.GetUid())
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 )
 
 // Recover settles the intents a crash left behind (those found when the
@@ -36,7 +37,6 @@ func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 // settleLocked converts the leftover intents whose image is in images and
 // keeps the others. g.leftoverMu is held.
 func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
-	g.examined = true
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
 		for _, r := range img.Names {
@@ -74,22 +74,20 @@ func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
 	return converted, len(keep), nil
 }
 
-// settlePulled settles the leftover intents of image once a pull of it
-// through the proxy ended: on success its own record replaced them; on
-// failure the image is still not on the node (it was not there at the
-// last settle either), so they protect nothing. Before a first settle has
-// looked at the runtime's images (it was down at start), an intent may
-// stand for an image that is present: it stays.
+// settlePulled settles the kept intents of image once a pull of it
+// through the proxy succeeded and its record was written: the record
+// tracks what the name stands for, so the intents of earlier pulls of it
+// protect nothing more.
 func (g *Guard) settlePulled(image string) {
+	if !g.hasLeftover() {
+		return
+	}
 	name, ok := imageref.Normalized(image)
 	if !ok {
 		return
 	}
 	g.leftoverMu.Lock()
 	defer g.leftoverMu.Unlock()
-	if !g.examined {
-		return
-	}
 	keep := g.leftover[:0:0]
 	for _, in := range g.leftover {
 		if n, _ := imageref.Normalized(in.Image); n != name {
@@ -105,6 +103,16 @@ func (g *Guard) settlePulled(image string) {
 		}
 	}
 	g.setLeftover(keep)
+}
+
+// keepIntent keeps a pull's intent whose outcome is not known: like those
+// a crash left, it counts as a pull in flight of repo until a GC run (or
+// the next start) finds what its image is, or a later pull of it settles.
+func (g *Guard) keepIntent(in Intent, repo string) {
+	g.pending.inc(repo)
+	g.leftoverMu.Lock()
+	defer g.leftoverMu.Unlock()
+	g.setLeftover(append(g.leftover, in))
 }
 
 // setLeftover replaces the leftover intents; g.leftoverMu is held.
@@ -174,41 +182,33 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 
 // Run collects garbage every interval until ctx is done.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if r, gr, err := g.GC(ctx); err != nil {
-				g.log.Warn("ensure garbage collection failed; nothing was dropped", "err", err)
-			} else if r+gr > 0 {
-				g.log.Info("ensure garbage collection", "records", r, "grants", gr)
-			}
+	periodic.Every(ctx, interval, func(ctx context.Context) {
+		if r, gr, err := g.GC(ctx); err != nil {
+			g.log.Warn("ensure garbage collection failed; nothing was dropped", "err", err)
+		} else if r+gr > 0 {
+			g.log.Info("ensure garbage collection", "records", r, "grants", gr)
 		}
-	}
+	})
 }
 
-// PruneRecords drops the records of images the runtime no longer lists,
-// last updated before until: the records part of GC, for a records gc run
-// with no daemon (the daemon settles the intents on disk at its start).
-func (g *Decider) PruneRecords(ctx context.Context, until time.Time) (int, error) {
-	images, err := g.runtime.Images(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("gc: list images: %w", err)
+// Remove has the runtime remove an image (remove) and then drops its
+// record and grants, unless the runtime still has it under some name.
+func (g *Guard) Remove(ctx context.Context, q ImageQuery, remove func(context.Context) error) error {
+	img, _, _ := g.resolve(ctx, q)
+	ref := img.ID
+	if err := remove(ctx); err != nil || ref == "" {
+		return err
 	}
-	return g.prune(images, until)
-}
-
-func (g *Decider) prune(images []Image, until time.Time) (int, error) {
-	present := make(map[string]bool, len(images))
-	for _, img := range images {
-		present[img.ID] = true
+	// containerd removes the image with every name it has; if some name
+	// is left (another runtime), the record must stay. A pull of the image
+	// finishing meanwhile records after the forget (refLocks).
+	unlock := g.refs.lock(ref)
+	defer unlock()
+	if _, present, err := g.runtime.Image(ctx, ImageQuery{Name: ref}); err == nil && !present {
+		if _, err := g.store.Forget(ref); err != nil {
+			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", err)
+		}
+		g.grants.dropImage(ref)
 	}
-	n, err := g.store.Prune(func(ref string) bool { return present[ref] }, until)
-	if err != nil {
-		return 0, fmt.Errorf("gc: %w", err)
-	}
-	return n, nil
+	return nil
 }

@@ -36,6 +36,37 @@ type AccountCheck interface {
 	ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string)
 }
 
+// Pod names the pod a CRI call is for, as the kubelet gives it (the
+// sandbox's metadata); the zero Pod is a call for no pod (crictl, bake).
+type Pod struct {
+	Namespace, Name, UID string
+}
+
+// String names the pod for the operator's log.
+func (p Pod) String() string {
+	if p == (Pod{}) {
+		return "(no pod)"
+	}
+	return p.Namespace + "/" + p.Name + " (uid " + p.UID + ")"
+}
+
+// podEntitled is the one entitlement check of the CRI path: whether pod
+// may use imageRef as repo by what it would pull with (its pull secrets,
+// its service account), read from the API. The kubelet decides so
+// (MustAttemptImagePull) before it asks the runtime; the proxy sees only
+// the CRI pod, so it reads the pod. No API, no pod UID, an unknown
+// repository or any read error: not entitled.
+func (g *Guard) podEntitled(ctx context.Context, pod Pod, imageRef, repo string) (bool, string) {
+	if g.pods == nil || pod.UID == "" || repo == "" {
+		return false, ""
+	}
+	kpod, err := g.pods.Pod(ctx, pod.Namespace, pod.Name, pod.UID)
+	if err != nil {
+		return false, ""
+	}
+	return g.entitled(ctx, kpod, imageRef, repo)
+}
+
 // podAccount returns the pod's service account coordinates when a pull
 // recorded for that account may be re-used for image now: the pod has
 // one, it can be read, and a token plugin would still run for it (see
@@ -60,10 +91,8 @@ func (g *Guard) podAccount(ctx context.Context, pod *corev1.Pod, image string) *
 
 // entitled reports whether pod may use imageRef as repo with what it would
 // pull with: one of its pull secrets whose credential for repo has its
-// salted hash in the record, or its service account in the record. The
-// kubelet decides so (MustAttemptImagePull) before it asks the runtime;
-// the proxy sees only ImageStatus and CreateContainer, so it reads the
-// pod from the API. Any read error means "not entitled".
+// salted hash in the record, or its service account in the record. Any
+// read error means "not entitled".
 func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo string) (bool, string) {
 	rec, err := g.store.Get(imageRef)
 	if err != nil {
@@ -96,6 +125,14 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 		return false, expired
 	}
 	for sec := range g.pullSecrets(ctx, pod) {
+		hashes := g.secretHashes(sec, repo)
+		if len(hashes) == 0 {
+			// As the kubelet's keyring, which looks the secret's credentials
+			// up for the image's registry before it matches coordinates: a
+			// secret that no longer holds one entitles nobody, whatever its
+			// coordinates.
+			continue
+		}
 		coords := kubeletSecret{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
 		if i := slices.IndexFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return records.SameSecret(s, coords) }); i >= 0 {
 			// The kubelet's deliberate choice for rotated secrets: the same
@@ -107,7 +144,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 			}
 			expired = "its pull secret " + sec.Namespace + "/" + sec.Name + " was " + why
 		}
-		for _, h := range g.secretHashes(sec, repo) {
+		for _, h := range hashes {
 			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
 				ok, why := g.fresh(imageRef, repo, "h:"+h)
 				if ok {
@@ -144,11 +181,11 @@ func (g *Guard) secretHashes(sec *corev1.Secret, repo string) []string {
 // secretOf returns the coordinates of the pod's pull secret whose
 // credential for repo hashes to hash, nil when there is no API, no pod or
 // no such secret (the record then holds the hash alone).
-func (g *Guard) secretOf(ctx context.Context, namespace, name, uid, repo, hash string) *SecretRef {
-	if g.pods == nil || uid == "" {
+func (g *Guard) secretOf(ctx context.Context, p Pod, repo, hash string) *SecretRef {
+	if g.pods == nil || p.UID == "" {
 		return nil
 	}
-	pod, err := g.pods.Pod(ctx, namespace, name, uid)
+	pod, err := g.pods.Pod(ctx, p.Namespace, p.Name, p.UID)
 	if err != nil {
 		return nil
 	}

@@ -84,6 +84,12 @@ func authOf(a *runtimeapi.AuthConfig) Auth {
 	return Auth{Username: a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(), IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
 }
 
+// podOf is the pod a CRI sandbox config names.
+func podOf(sc *runtimeapi.PodSandboxConfig) Pod {
+	m := sc.GetMetadata()
+	return Pod{Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUid()}
+}
+
 // queryOf is a CRI image spec in the enforcer's terms.
 func queryOf(spec *runtimeapi.ImageSpec) ImageQuery {
 	return ImageQuery{Name: spec.GetImage(), UserSpecified: spec.GetUserSpecifiedImage(), RuntimeHandler: spec.GetRuntimeHandler(), Annotations: spec.GetAnnotations()}

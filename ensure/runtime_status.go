@@ -8,10 +8,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
-func init() {
-	register(func(g *Guard) criproxy.Interceptor { return criproxy.Intercept(criproxy.Status, g.Status) })
-}
-
 // RecordsCondition is the runtime condition the guard adds to Status, so
 // that `crictl info` on the node shows whether the records database is
 // open. The kubelet reads only RuntimeReady and NetworkReady: this one

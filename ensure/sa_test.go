@@ -296,3 +296,54 @@ func TestRotatedPullSecretKeepsReuseAndADeletedOneDoesNot(t *testing.T) {
 		}
 	})
 }
+
+// TestAPullSecretEntitlesOnlyWhileItHoldsACredentialForTheRegistry: as the
+// kubelet's keyring, which looks a secret's credentials up for the image's
+// registry before it matches the secret's coordinates: a secret rotated to
+// a new credential for the same registry still entitles its pods; one that
+// no longer names the registry entitles nobody, Never pods included.
+func TestAPullSecretEntitlesOnlyWhileItHoldsACredentialForTheRegistry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newAPISetup(t)
+	secret := pullSecret("ns", "regcred", "registry.test", "alice:a-pw")
+	secret.UID = "secret-uid-1"
+	s.create(t, secret, policyPod("ns", "pod-a1", "a1", "", private, corev1.PullIfNotPresent, "regcred"))
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	rotate := func(t *testing.T, registry, userPass string) {
+		t.Helper()
+		r := pullSecret("ns", "regcred", registry, userPass)
+		r.UID = "secret-uid-1"
+		if _, err := s.client.CoreV1().Secrets("ns").Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rotate(t, "other.test", "alice:a-pw")
+	s.create(t, policyPod("ns", "pod-a2", "a2", "", private, corev1.PullNever, "regcred"),
+		policyPod("ns", "pod-a3", "a3", "", private, corev1.PullIfNotPresent, "regcred"))
+	t.Run("a Never pod of a secret that no longer names the registry is not shown the image", func(t *testing.T) {
+		if got := s.start(pod{uid: "a2"}, private, "Never"); got != errNeverPull {
+			t.Errorf("got %s, want %s", got, errNeverPull)
+		}
+	})
+	t.Run("an IfNotPresent pod of that secret must pull, and has nothing the registry accepts", func(t *testing.T) {
+		before := s.node.registryRequests()
+		if got := s.start(pod{uid: "a3"}, private, "IfNotPresent"); got != errImagePull {
+			t.Errorf("got %s, want %s", got, errImagePull)
+		}
+		if n := s.node.registryRequests() - before; n != 1 {
+			t.Errorf("%d registry requests, want 1", n)
+		}
+	})
+
+	rotate(t, "registry.test", "alice:rotated-pw")
+	s.create(t, policyPod("ns", "pod-a4", "a4", "", private, corev1.PullNever, "regcred"))
+	t.Run("rotated to a new credential for the registry, the secret entitles its pods again", func(t *testing.T) {
+		if got := s.start(pod{uid: "a4"}, private, "Never"); got != running {
+			t.Errorf("got %s, want %s\n%s", got, running, s.log.String())
+		}
+	})
+}

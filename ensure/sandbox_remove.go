@@ -8,12 +8,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 )
 
-func init() {
-	register(func(g *Guard) criproxy.Interceptor {
-		return criproxy.Intercept(criproxy.RemovePodSandbox, g.RemovePodSandbox)
-	})
-}
-
 // RemovePodSandbox drops the pod's grants once the runtime removed it.
 func (g *Guard) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest, next criproxy.Next[runtimeapi.RemovePodSandboxRequest, runtimeapi.RemovePodSandboxResponse]) (*runtimeapi.RemovePodSandboxResponse, error) {
 	uid, _ := g.runtime.PodUID(ctx, req.GetPodSandboxId()) // unknown: no grant to drop

@@ -8,8 +8,11 @@
 //     the content, which holds passwords;
 //   - matching: a key or a provider's matchImages pattern against an image
 //     (host labels with globs, an optional port that must match, a path
-//     prefix), and the normalization of keys (scheme and /v1/ stripped,
-//     index.docker.io for Docker Hub).
+//     prefix), and the normalization of keys (scheme and /v1/ stripped);
+//   - Serving: which entries serve an image, the kubelet's keyring's one
+//     rule for docker config files, pull secrets and plugin answers alike:
+//     the keys that match it, else, for a Docker Hub image, Docker Hub's
+//     key ("https://index.docker.io/v1/", as docker login writes it).
 //
 // It is tenant input for ensure (a pod's pull secrets) and node input for
 // credplugins; both import it, and neither the other for it.

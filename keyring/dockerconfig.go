@@ -103,42 +103,68 @@ func newDockerConfig(auths map[string]dockerAuth) (*DockerConfig, error) {
 	return d, nil
 }
 
-// Credentials returns every credential whose key matches image (a
-// repository without tag or digest).
+// Credentials returns the credentials of the entries that serve image (a
+// repository without tag or digest), as the kubelet's keyring picks them
+// (Serving): the keys that match it, else Docker Hub's key for a Docker
+// Hub image.
 func (d *DockerConfig) Credentials(image string) []Credential {
 	var out []Credential
-	for _, e := range d.entries {
-		if MatchImage(e.key, image) {
-			out = append(out, e.cred)
-		}
+	for _, e := range d.serving(image) {
+		out = append(out, e.cred)
 	}
 	return out
 }
 
-// Keys returns the registry keys of the file, sorted.
-func (d *DockerConfig) Keys() []string {
-	keys := make([]string, 0, len(d.entries))
+// serving returns the entries that serve image (Serving).
+func (d *DockerConfig) serving(image string) []dockerEntry {
+	return Serving(image, d.entries, func(e dockerEntry) string { return e.key })
+}
+
+// MatchImages returns the patterns of the images the file holds
+// credentials for, sorted: a provider answering from it runs for these
+// (matchImages). They are its keys, and DockerHubPattern where it has
+// Docker Hub's key, which serves Docker Hub images (Serving) without
+// matching them.
+func (d *DockerConfig) MatchImages() []string {
+	keys := make([]string, 0, len(d.entries)+1)
 	for _, e := range d.entries {
 		keys = append(keys, e.key)
+		if e.key == DockerHubKey {
+			keys = append(keys, DockerHubPattern)
+		}
 	}
 	sort.Strings(keys)
 	return slices.Compact(keys)
 }
 
-// Lookup returns the entries that match image (a repository without tag or
-// digest), and the cache key type a plugin answering them would give:
-// Registry, or Image when a matching key has a path.
+// Lookup returns the entries that serve image (a repository without tag or
+// digest; Serving), and the cache key type a plugin answering them gives:
+// Registry only when no key of the file is narrower than the image's
+// registry, else Image. A Registry answer serves "future images with the
+// same registry hostname" without a run (KEP-2133): with registry.test and
+// registry.test/team-a in the file, a Registry answer for
+// registry.test/team-b/app would hand registry.test/team-a/app
+// registry.test's credential, never its own, until it expired.
 func (d *DockerConfig) Lookup(image string) (Auth, credentialproviderapi.PluginCacheKeyType) {
 	auth := Auth{}
-	keyType := credentialproviderapi.RegistryPluginCacheKeyType
-	for _, e := range d.entries {
-		if !MatchImage(e.key, image) {
-			continue
-		}
+	for _, e := range d.serving(image) {
 		auth[e.key] = e.cred
-		if strings.Contains(e.key, "/") {
-			keyType = credentialproviderapi.ImagePluginCacheKeyType // a path: the answer depends on the image
+	}
+	registry, _, _ := strings.Cut(image, "/")
+	if d.hasKeyNarrowerThan(registry) {
+		return auth, credentialproviderapi.ImagePluginCacheKeyType
+	}
+	return auth, credentialproviderapi.RegistryPluginCacheKeyType
+}
+
+// hasKeyNarrowerThan reports whether a key of the file has a path on a host
+// that matches registry (host[:port]): the images of that path get another
+// answer than the rest of the registry.
+func (d *DockerConfig) hasKeyNarrowerThan(registry string) bool {
+	for _, e := range d.entries {
+		if host, path, found := strings.Cut(e.key, "/"); found && path != "" && MatchImage(host, registry) {
+			return true
 		}
 	}
-	return auth, keyType
+	return false
 }

@@ -70,7 +70,7 @@ func MatchImage(pattern, image string) bool {
 	return ok
 }
 
-// validateMatchImage checks a matchImages entry as the kubelet does (it
+// ValidateMatchImage checks a matchImages entry as the kubelet does (it
 // must parse as a schemeless URL) and, beyond the kubelet, that its glob
 // labels are well formed, so that a pattern that could never match is an
 // error at start rather than a silent miss at pull time.
@@ -110,18 +110,5 @@ func AuthKey(k string) (string, bool) {
 	return u.Host + p, true
 }
 
-// isDefaultRegistryImage reports whether image is pulled from Docker Hub,
-// for which the kubelet also tries credentials keyed "index.docker.io".
-func IsDefaultRegistryImage(image string) bool {
-	first, _, found := strings.Cut(image, "/")
-	if !found {
-		return true
-	}
-	if first == "docker.io" || first == "index.docker.io" {
-		return true
-	}
-	return !strings.ContainsAny(first, ".:")
-}
-
-// isWildcard reports whether an auth key has a glob in its host.
+// IsWildcard reports whether an auth key has a glob in its host.
 func IsWildcard(k string) bool { return strings.ContainsAny(k, "*?[") }

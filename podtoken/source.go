@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
-	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 )
 
 // ErrPodMismatch is returned when the API's pod of that name is not the
@@ -66,6 +66,13 @@ type Source struct {
 
 type tokenKey struct {
 	podUID, saName, saUID, audience string
+}
+
+// flightKey is the key's string for the minting group. The parts are
+// joined with NUL, which the API's names and UIDs never hold; the
+// audience, which may hold anything, is last, so no two keys share one.
+func (k tokenKey) flightKey() string {
+	return k.podUID + "\x00" + k.saName + "\x00" + k.saUID + "\x00" + k.audience
 }
 
 type token struct {
@@ -115,18 +122,7 @@ func New(client API, node string, opts Options) *Source {
 // stop with ctx.
 func (s *Source) Start(ctx context.Context) {
 	go s.informer.RunWithContext(ctx)
-	go func() {
-		t := s.clock.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-				s.dropExpired()
-			}
-		}
-	}()
+	go periodic.Every(ctx, time.Minute, func(context.Context) { s.dropExpired() })
 }
 
 // WaitForSync waits until the informer has listed the node's pods, or ctx ends.
@@ -185,7 +181,7 @@ func (s *Source) Token(ctx context.Context, pod *corev1.Pod, sa *corev1.ServiceA
 	if t := s.cachedToken(key); t != nil && s.clock.Now().Before(t.refreshAt) {
 		return t.value, nil
 	}
-	v, err, _ := s.minting.Do(authcache.FlightKey(key.podUID, key.saName, key.saUID, key.audience), func() (any, error) {
+	v, err, _ := s.minting.Do(key.flightKey(), func() (any, error) {
 		// Another flight may have just minted it.
 		if t := s.cachedToken(key); t != nil && s.clock.Now().Before(t.refreshAt) {
 			return t.value, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -30,19 +31,15 @@ func newConfigCmd() *cobra.Command {
 // configCmd is a config subcommand: it takes --config and every serve
 // flag, and loads them as serve does.
 func configCmd(use, short, long string, extra func(*cobra.Command), run func(cmd *cobra.Command, cfg *config.ProxyConfiguration) error) *cobra.Command {
-	var configPath string
-	cmd := &cobra.Command{
-		Use: use, Short: short, Long: long, Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadServeConfig(cmd.Flags(), configPath)
-			if err != nil {
-				return err
-			}
-			return run(cmd, cfg)
-		},
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.NoArgs}
+	configPath := addConfigFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := loadServeConfig(cmd.Flags(), *configPath)
+		if err != nil {
+			return err
+		}
+		return run(cmd, cfg)
 	}
-	cmd.Flags().StringVar(&configPath, "config", "", "configuration file ("+config.APIVersion+" "+config.Kind+"); flags override it")
-	bindServeFlags(cmd.Flags(), config.Default())
 	if extra != nil {
 		extra(cmd)
 	}
@@ -116,6 +113,13 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 		report("ensure policy "+e.ImagePullCredentialsVerificationPolicy, err, false)
 		what, err := checkDatabase(e.DatabasePath)
 		report(what, err, true)
+		if e.AdminGroup != "" {
+			_, err := unixsock.LookupGroup(e.AdminGroup)
+			if err != nil {
+				err = fmt.Errorf("ensureSecretPulledImages.adminGroup: %w", err)
+			}
+			report("admin group "+e.AdminGroup, err, false)
+		}
 	}
 	return problems
 }

@@ -59,6 +59,8 @@ func TestConfigValidate(t *testing.T) {
 		{"an absent database is ok: serve creates it", []string{"--ensure-secret-pulled-images", "--ensure-database", filepath.Join(dir, "new.db")}, false, "(absent: serve creates it)"},
 		{"a database that cannot be opened is a warning: serve would run, failing closed", []string{"--ensure-secret-pulled-images", "--ensure-database", badDB}, false, "warn  records database " + badDB},
 		{"with --strict it is an error", []string{"--ensure-secret-pulled-images", "--ensure-database", badDB, "--strict"}, true, "FAIL  records database " + badDB},
+		{"an admin group that exists is ok", []string{"--ensure-secret-pulled-images", "--ensure-database", goodDB, "--admin-group", "0"}, false, "ok    admin group 0"},
+		{"an admin group that does not exist is an error naming the field", []string{"--ensure-secret-pulled-images", "--ensure-database", goodDB, "--admin-group", "no-such-group-for-cri-image-proxy"}, true, "FAIL  admin group no-such-group-for-cri-image-proxy: ensureSecretPulledImages.adminGroup"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

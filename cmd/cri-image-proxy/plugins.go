@@ -61,7 +61,7 @@ func (f *pluginFlags) load() (*credplugins.Config, error) {
 func newPluginsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plugins",
-		Short: "Check and try the credential provider plugins",
+		Short: "Check and try the credential provider and image policy plugins",
 	}
 	cmd.AddCommand(newPluginsValidateCmd(), newPluginsTestCmd())
 	return cmd
@@ -69,14 +69,21 @@ func newPluginsCmd() *cobra.Command {
 
 func newPluginsValidateCmd() *cobra.Command {
 	var f pluginFlags
+	var pf policyFlags
 	cmd := &cobra.Command{
 		Use:   "validate [CONFIG]",
 		Short: "Validate a CredentialProviderConfig as the proxy (and the kubelet) would load it",
 		Long: `Validate a CredentialProviderConfig (a file or a directory, kubelet.config.k8s.io
 v1, v1beta1 or v1alpha1) and list its providers. Exits non-zero with every problem,
-each naming the file, the provider and the field.`,
+each naming the file, the provider and the field.
+
+With --image-policy-config and --image-policy-bin-dir, validate an ImagePolicyConfig
+and list its image policy providers instead.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if pf.enabled() {
+				return policyValidate(cmd.OutOrStdout(), &pf)
+			}
 			if len(args) == 1 {
 				f.config = args[0]
 			}
@@ -96,19 +103,30 @@ each naming the file, the provider and the field.`,
 		},
 	}
 	f.add(cmd)
+	pf.add(cmd, false)
 	return cmd
 }
 
 func newPluginsTestCmd() *cobra.Command {
 	var f pluginFlags
+	var pf policyFlags
 	cmd := &cobra.Command{
 		Use:   "test IMAGE",
 		Short: "Run the plugins that match IMAGE and show what a pull would try",
 		Long: `Show which providers match IMAGE, run them (no cache), and print each answer's
 cache key type, cache duration and usernames, never passwords, then the candidates in
-the order a pull without credentials tries them.`,
+the order a pull without credentials tries them.
+
+With --image-policy-config and --image-policy-bin-dir, run the image policy providers
+that apply to IMAGE in --namespace instead (no cache), and print each verdict with its
+reasons for the operator and for the pod; it exits non-zero when the image is refused.
+IMAGE is repository@digest (the digest the registry resolves the tag to), or a name with
+--digest, or an image ID with --image-id for the check at container create.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if pf.enabled() {
+				return policyTest(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), &pf, args[0])
+			}
 			cfg, err := f.load()
 			if err != nil {
 				return err
@@ -117,6 +135,7 @@ the order a pull without credentials tries them.`,
 		},
 	}
 	f.add(cmd)
+	pf.add(cmd, true)
 	return cmd
 }
 

@@ -28,6 +28,9 @@ func TestRun(t *testing.T) {
 		{"a v1alpha1 request gets a v1alpha1 answer; auth is decoded; a path key makes it per image",
 			`{"apiVersion":"credentialprovider.kubelet.k8s.io/v1alpha1","kind":"CredentialProviderRequest","image":"registry.test/team/app"}`,
 			`{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1alpha1","cacheKeyType":"Image","auth":{"registry.test":{"username":"bob","password":"b-s3cret"},"registry.test/team":{"username":"team","password":"t"}}}`},
+		{"another path of a registry with a narrower key gets the registry's entry per image, so the narrower key is never hidden",
+			`{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest","image":"registry.test/other/app"}`,
+			`{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{"registry.test":{"username":"bob","password":"b-s3cret"}}}`},
 		{"an image no entry matches gets an empty answer",
 			`{"apiVersion":"credentialprovider.kubelet.k8s.io/v1beta1","kind":"CredentialProviderRequest","image":"nowhere.test/app"}`,
 			`{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1beta1","cacheKeyType":"Registry"}`},
@@ -42,6 +45,21 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("docker login's Docker Hub key answers for Docker Hub images, as the kubelet's keyring serves them", func(t *testing.T) {
+		hub := filepath.Join(t.TempDir(), "config.json")
+		os.WriteFile(hub, []byte(`{"auths": {"https://index.docker.io/v1/": {"username": "hub", "password": "h"}}}`), 0o600)
+		for _, image := range []string{"docker.io/library/nginx", "docker.io/org/app"} {
+			var out bytes.Buffer
+			req := `{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest","image":"` + image + `"}`
+			if err := run(strings.NewReader(req), &out, hub); err != nil {
+				t.Fatal(err)
+			}
+			want := `{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","auth":{"index.docker.io":{"username":"hub","password":"h"}}}`
+			if got := strings.TrimSpace(out.String()); got != want {
+				t.Errorf("%s:\ngot  %s\nwant %s", image, got, want)
+			}
+		}
+	})
 	t.Run("a broken config is an error that does not quote it", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "config.json")
 		os.WriteFile(bad, []byte(`{"auths": {"r": {"password": "s3cret"`), 0o600)

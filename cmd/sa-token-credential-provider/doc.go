@@ -4,7 +4,8 @@
 // annotation to registry credentials.
 //
 //	sa-token-credential-provider --for-tests-only --audience AUD --credentials FILE \
-//	    [--annotation registry.test/user] [--log FILE]
+//	    [--annotation registry.test/user] [--user-for-pod POD=USER]... \
+//	    [--cache-duration D] [--log FILE]
 //
 // Never deploy it: it does not verify the token's signature, so any
 // well-formed token, forged by anyone, gets registry credentials. It refuses
@@ -16,6 +17,10 @@
 // the signature: a real plugin exchanges the token with a service that
 // does. The annotation's value names a user of FILE (lines user:password),
 // whose credentials it answers for the image's registry, cacheKeyType
-// Registry. With --log it appends one JSON line per request with the
-// claims it saw, never the token.
+// Registry; --user-for-pod names another user for the token of the pod
+// named POD (the pods of one account then get different credentials, so a
+// test can tell whose token a credential was minted for), and
+// --cache-duration answers that cacheDuration (0s: not cached). With --log
+// it appends one JSON line per request with the claims it saw, never the
+// token.
 package main

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -13,6 +14,23 @@ func main() {
 	flag.StringVar(&o.credentials, "credentials", "", "file of user:password lines")
 	flag.StringVar(&o.annotation, "annotation", "registry.test/user", "the service account annotation naming the user")
 	flag.StringVar(&o.log, "log", "", "append the claims of each request to this file (JSON lines)")
+	o.podUsers = map[string]string{}
+	flag.Func("user-for-pod", "POD=USER: the token of the pod named POD gets USER's credentials, whatever the annotation says (repeatable)", func(v string) error {
+		pod, user, ok := strings.Cut(v, "=")
+		if !ok || pod == "" || user == "" {
+			return fmt.Errorf("want POD=USER, got %q", v)
+		}
+		o.podUsers[pod] = user
+		return nil
+	})
+	flag.Func("cache-duration", "answer this cacheDuration (e.g. 0s: not cached); unset, the provider's defaultCacheDuration applies", func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return err
+		}
+		o.cacheDuration = &d
+		return nil
+	})
 	forTests := flag.Bool("for-tests-only", false, "required: say that this is a test run (the plugin does not verify token signatures; never deploy it)")
 	flag.Parse()
 	if !*forTests {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
@@ -20,7 +21,15 @@ import (
 
 type options struct {
 	audience, credentials, annotation, log string
-	now                                    func() time.Time
+	// podUsers maps a pod's name (from the token's claims) to the user
+	// whose credentials the pod's token gets, over the annotation's: one
+	// service account's pods get different credentials, as from a token
+	// exchange that answers per workload, and a test can tell whose token
+	// a credential was minted for.
+	podUsers map[string]string
+	// cacheDuration, when set, is answered as the response's cacheDuration.
+	cacheDuration *time.Duration
+	now           func() time.Time
 }
 
 // claims are the parts of a service account token the plugin checks.
@@ -78,6 +87,9 @@ func run(in io.Reader, out io.Writer, o options) error {
 	if user == "" {
 		return fmt.Errorf("service account %s/%s: no annotation %s", c.K8s.Namespace, c.K8s.ServiceAccount.Name, o.annotation)
 	}
+	if u, ok := o.podUsers[c.K8s.Pod.Name]; ok {
+		user = u
+	}
 	pass, err := password(o.credentials, user)
 	if err != nil {
 		return err
@@ -91,6 +103,9 @@ func run(in io.Reader, out io.Writer, o options) error {
 	resp := &credentialproviderapi.CredentialProviderResponse{
 		CacheKeyType: credentialproviderapi.RegistryPluginCacheKeyType,
 		Auth:         map[string]credentialproviderapi.AuthConfig{registry: {Username: user, Password: pass}},
+	}
+	if o.cacheDuration != nil {
+		resp.CacheDuration = &metav1.Duration{Duration: *o.cacheDuration}
 	}
 	b, err := pluginapi.EncodeResponse(version, resp)
 	if err != nil {

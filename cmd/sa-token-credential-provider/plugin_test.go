@@ -72,6 +72,27 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a pod named by --user-for-pod gets that user's credentials, the others the annotation's", func(t *testing.T) {
+		o := o
+		o.podUsers = map[string]string{"p1": "bob"}
+		other := with("kubernetes.io", map[string]any{"namespace": "team-a", "pod": map[string]string{"name": "p2", "uid": "pod-uid-2"},
+			"serviceaccount": map[string]string{"name": "builder", "uid": "sa-uid"}})
+		for token, want := range map[string]string{jwt(t, good): `"username":"bob","password":"b-s3cret"`, jwt(t, other): `"username":"alice","password":"a-s3cret"`} {
+			var out bytes.Buffer
+			if err := run(strings.NewReader(request(token, map[string]string{"registry.test/user": "alice"})), &out, o); err != nil || !strings.Contains(out.String(), want) {
+				t.Errorf("got %v\n%s\nwant %s", err, out.String(), want)
+			}
+		}
+	})
+	t.Run("--cache-duration is answered as the response's cacheDuration", func(t *testing.T) {
+		o := o
+		zero := time.Duration(0)
+		o.cacheDuration = &zero
+		var out bytes.Buffer
+		if err := run(strings.NewReader(request(jwt(t, good), map[string]string{"registry.test/user": "alice"})), &out, o); err != nil || !strings.Contains(out.String(), `"cacheDuration":"0s"`) {
+			t.Errorf("got %v\n%s", err, out.String())
+		}
+	})
 	log, _ := os.ReadFile(logFile)
 	if !strings.Contains(string(log), `"podUID":"pod-uid"`) || strings.Contains(string(log), "eyJ") {
 		t.Errorf("claims log: %s", log)

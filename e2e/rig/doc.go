@@ -4,6 +4,11 @@
 // htpasswd/bcrypt authentication, one anonymous), test images built and
 // pushed in Go with credentials, crictl/critest, and the proxy binary.
 //
+// The registry's requests can be read back: RegistryRequests (its access
+// log: method, path, status, 401s included) and, with
+// Options.RegistryUsers, RegistryUsers (the user each authenticated
+// request was answered for).
+//
 // Everything listens on 127.0.0.1 or on unix sockets under the rig's
 // directory. Nothing reaches the internet: containerd mirrors gcr.io and
 // registry.k8s.io to the local registries.

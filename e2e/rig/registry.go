@@ -16,11 +16,11 @@ import (
 
 // registryConfig is the distribution registry's configuration: one storage
 // directory shared by the authenticated and the anonymous instance, so an
-// image pushed once can be pulled either way.
-func registryConfig(storage, addr, htpasswd string) string {
+// image pushed once can be pulled either way. level is the log level.
+func registryConfig(storage, addr, htpasswd, level string) string {
 	c := fmt.Sprintf(`version: 0.1
 log:
-  level: info
+  level: %s
   fields:
     service: registry
 storage:
@@ -38,7 +38,7 @@ http:
 health:
   storagedriver:
     enabled: false
-`, storage, addr)
+`, level, storage, addr)
 	if htpasswd != "" {
 		c += fmt.Sprintf("auth:\n  htpasswd:\n    realm: rig-registry\n    path: %s\n", htpasswd)
 	}
@@ -59,10 +59,11 @@ func writeHtpasswd(path string, users map[string]string) error {
 }
 
 // startRegistry starts one registry on addr and waits until it answers
-// /v2/ with wantCode (401 with authentication, 200 without).
-func startRegistry(dir, name, addr, storage, htpasswd string, wantCode int) (*Proc, error) {
+// /v2/ with wantCode (401 with authentication, 200 without). level is its
+// log level.
+func startRegistry(dir, name, addr, storage, htpasswd, level string, wantCode int) (*Proc, error) {
 	cfg := filepath.Join(dir, name+".yml")
-	if err := os.WriteFile(cfg, []byte(registryConfig(storage, addr, htpasswd)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(registryConfig(storage, addr, htpasswd, level)), 0o644); err != nil {
 		return nil, err
 	}
 	p, err := StartProc(name, filepath.Join(dir, name+".log"), nil, "docker-registry", "serve", cfg)
@@ -123,6 +124,68 @@ func readAccessLog(path string) ([]RegistryRequest, error) {
 		if m := accessLine.FindStringSubmatch(sc.Text()); m != nil {
 			code, _ := strconv.Atoi(m[3])
 			out = append(out, RegistryRequest{Method: m[1], Path: m[2], Status: code})
+		}
+	}
+	return out, sc.Err()
+}
+
+// UserRequest is a request the authenticated registry answered after
+// authenticating its caller, and the user it authenticated.
+type UserRequest struct {
+	RegistryRequest
+	User string
+}
+
+// logField matches one key=value field of the registry's (logrus) log
+// lines; a value is bare or a quoted Go string.
+var logField = regexp.MustCompile(`([A-Za-z0-9_.]+)=("(?:[^"\\]|\\.)*"|\S*)`)
+
+// readUserLog reads the requests a registry logging at debug level
+// authenticated. Its access lines do not name the user, and its other
+// lines name it only at debug level (the storage driver's lines, with the
+// request's ID); the request's end ("response completed") gives method,
+// path and status under the same ID.
+func readUserLog(path string) ([]UserRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	byID := map[string]*UserRequest{}
+	var order []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := map[string]string{}
+		for _, m := range logField.FindAllStringSubmatch(sc.Text(), -1) {
+			v := m[2]
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			fields[m[1]] = v
+		}
+		id := fields["http.request.id"]
+		if id == "" {
+			continue
+		}
+		r := byID[id]
+		if r == nil {
+			r = &UserRequest{}
+			byID[id] = r
+			order = append(order, id)
+		}
+		if u := fields["auth.user.name"]; u != "" {
+			r.User = u
+		}
+		if st := fields["http.response.status"]; st != "" {
+			r.Method, r.Path = fields["http.request.method"], fields["http.request.uri"]
+			r.Status, _ = strconv.Atoi(st)
+		}
+	}
+	var out []UserRequest
+	for _, id := range order {
+		if r := byID[id]; r.User != "" && r.Status != 0 {
+			out = append(out, *r)
 		}
 	}
 	return out, sc.Err()

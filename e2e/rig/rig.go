@@ -40,6 +40,11 @@ type Options struct {
 	GCRAuthed bool
 	// Runtime is the containerd to run; the zero value is RuntimeFromEnv.
 	Runtime Runtime
+	// RegistryUsers makes the authenticated registry log at debug level,
+	// the only level at which it names the user of a request it answered
+	// (RegistryUsers). Off, as for the bench, which measures the registry
+	// too.
+	RegistryUsers bool
 	// Logf reports progress; nil is quiet.
 	Logf func(format string, args ...any)
 }
@@ -135,12 +140,16 @@ func Start(opts Options) (r *Rig, err error) {
 		return nil, err
 	}
 	opts.Logf("starting registries: %s (htpasswd) and %s (anonymous)", r.Registry, r.AnonRegistry)
-	p, err := startRegistry(regDir, "registry", r.Registry, filepath.Join(regDir, "data"), htpasswd, 401)
+	level := "info"
+	if opts.RegistryUsers {
+		level = "debug"
+	}
+	p, err := startRegistry(regDir, "registry", r.Registry, filepath.Join(regDir, "data"), htpasswd, level, 401)
 	if err != nil {
 		return nil, err
 	}
 	r.registries = append(r.registries, p)
-	if p, err = startRegistry(regDir, "registry-anon", r.AnonRegistry, filepath.Join(regDir, "data"), "", 200); err != nil {
+	if p, err = startRegistry(regDir, "registry-anon", r.AnonRegistry, filepath.Join(regDir, "data"), "", "info", 200); err != nil {
 		return nil, err
 	}
 	r.registries = append(r.registries, p)
@@ -224,6 +233,16 @@ func (r *Rig) CRICall(ctx context.Context, f func(runtimeapi.RuntimeServiceClien
 // answered so far, 401s included.
 func (r *Rig) RegistryRequests() ([]RegistryRequest, error) {
 	return readAccessLog(r.registries[0].Log)
+}
+
+// RegistryUsers returns every request the authenticated registry answered
+// after authenticating its caller, with the user, in the order they came;
+// 401s (no user) are not among them. It needs Options.RegistryUsers.
+func (r *Rig) RegistryUsers() ([]UserRequest, error) {
+	if !r.opts.RegistryUsers {
+		return nil, errors.New("the rig's registry does not log its users: start it with Options.RegistryUsers")
+	}
+	return readUserLog(r.registries[0].Log)
 }
 
 // AnonRegistryRequests returns every request the anonymous view of the

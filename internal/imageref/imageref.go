@@ -27,9 +27,15 @@ type Name struct {
 	OK         bool   // false for an image ID or what does not parse
 }
 
+// maxReferenceLength is more than any reference can be: a repository of
+// at most 255 bytes (reference.NameTotalLengthMax), a tag of at most 128
+// and a digest. A longer string is refused before the grammar runs, which
+// costs seconds on a string of megabytes.
+const maxReferenceLength = 1024
+
 // Parse parses s. An image ID is no name.
 func Parse(s string) Name {
-	if IsID(s) {
+	if len(s) > maxReferenceLength || IsID(s) {
 		return Name{}
 	}
 	named, err := reference.ParseNormalizedNamed(s)
@@ -53,15 +59,24 @@ func Normalized(s string) (string, bool) {
 	return n.Ref, n.OK
 }
 
-// Names remembers parses; the zero value is ready. Past its bound it
-// forgets everything and starts again: the names a node uses are few.
+// Names remembers parses; the zero value is ready. Only names a reference
+// can have are remembered (a socket client may send any string, up to the
+// 16 MiB message limit): what does not parse is parsed again each time.
+// Past its bounds, in entries and in bytes, it forgets everything and
+// starts again: the names a node uses are few.
 type Names struct {
-	m   sync.Map // string -> Name
-	len atomic.Int64
+	m     sync.Map // string -> Name
+	len   atomic.Int64
+	bytes atomic.Int64
 }
 
-// maxRemembered bounds a Names.
-const maxRemembered = 8192
+// The bounds of a Names. A reference is at most 255 bytes of repository,
+// a 128-byte tag and a digest, so the entries bound the bytes too; the
+// byte bound keeps the worst case to a few MiB.
+const (
+	maxRemembered      = 8192
+	maxRememberedBytes = 4 << 20
+)
 
 // Parse is Parse, remembered.
 func (c *Names) Parse(s string) Name {
@@ -69,9 +84,14 @@ func (c *Names) Parse(s string) Name {
 		return v.(Name)
 	}
 	n := Parse(s)
-	if c.len.Add(1) > maxRemembered {
+	if !n.OK {
+		return n
+	}
+	size := int64(len(s) + len(n.Ref) + len(n.Repository))
+	if c.len.Add(1) > maxRemembered || c.bytes.Add(size) > maxRememberedBytes {
 		c.m.Clear()
-		c.len.Store(0)
+		c.len.Store(1)
+		c.bytes.Store(size)
 	}
 	c.m.Store(s, n)
 	return n

@@ -1,6 +1,11 @@
 package imageref
 
-import "testing"
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+)
 
 func TestParse(t *testing.T) {
 	t.Parallel()
@@ -52,4 +57,37 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q) = %+v, but Parse(%q) = %+v", s, n, n.Ref, again)
 		}
 	})
+}
+
+// TestNamesCostBoundedMemoryWhateverTheyAreGiven: a socket client can send
+// any string as an image name (up to the 16 MiB message limit). Names that
+// no reference can have are never remembered, and what is remembered is
+// bounded in bytes, so 1,000 distinct oversized names leave the live heap
+// within a few MiB of where it started.
+func TestNamesCostBoundedMemoryWhateverTheyAreGiven(t *testing.T) {
+	var names Names
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	start := heap()
+	big := strings.Repeat("a", 1<<20)
+	for i := range 1000 {
+		s := fmt.Sprintf("registry.test/%d/%s:v1", i, big) // no repository is this long
+		if n := names.Parse(s); n.OK {
+			t.Fatalf("a 1 MiB name parsed as a reference")
+		}
+	}
+	// Long but valid names: remembered, within the byte bound.
+	for i := range 10000 {
+		names.Parse(fmt.Sprintf("registry.test/%s/app-%d:v1", strings.Repeat("b", 200), i))
+	}
+	if grown := int64(heap()) - int64(start); grown > 8<<20 {
+		t.Errorf("the live heap grew by %d MiB; want a few at most", grown>>20)
+	}
+	if b := names.bytes.Load(); b > maxRememberedBytes {
+		t.Errorf("%d bytes remembered, bound %d", b, maxRememberedBytes)
+	}
 }

@@ -12,4 +12,9 @@
 // one bound to its path and Close leaves the file in place. The manager
 // keeps listening while the daemon restarts, so a client's call waits in
 // the backlog instead of failing.
+//
+// PeerOf says who is at the other end of a connection: the uid, gid,
+// supplementary groups and pid the kernel recorded at connect time
+// (SO_PEERCRED, SO_PEERGROUPS). Unlike the file's mode, which a service
+// manager may set, they are what a server can decide on.
 package unixsock

@@ -3,6 +3,7 @@ package unixsock
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/user"
@@ -183,8 +184,8 @@ func removeStale(path string) error {
 // LookupGroup resolves a group name or numeric GID.
 func LookupGroup(group string) (int, error) {
 	if gid, err := strconv.Atoi(group); err == nil {
-		if gid < 0 {
-			return 0, fmt.Errorf("group %q: a GID is not negative", group)
+		if gid < 0 || gid >= math.MaxUint32 { // (gid_t)-1 means "no change" to chown
+			return 0, fmt.Errorf("group %q: a GID is between 0 and %d", group, uint32(math.MaxUint32-1))
 		}
 		return gid, nil
 	}

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/klog/v2"
+	"github.com/spf13/pflag"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 )
@@ -35,6 +32,13 @@ ensureSecretPulledImages: {enabled: true, imagePullCredentialsVerificationPolicy
 			func(c *config.ProxyConfiguration) string {
 				if c.Socket.Path != "/run/x.sock" || c.Kubernetes == nil || c.Kubernetes.Kubeconfig != "/k" || c.Logging.Level != "debug" || c.CredentialProviders != nil {
 					return "fields or sections wrong"
+				}
+				return ""
+			}},
+		{"the providers' flags make their section present, with its defaults", []string{"--image-credential-provider-config", "/etc/p.yaml", "--image-credential-provider-bin-dir", "/opt/bin"},
+			func(c *config.ProxyConfiguration) string {
+				if c.CredentialProviders == nil || c.CredentialProviders.BinDir != "/opt/bin" || c.CredentialProviders.CacheSize != config.DefaultPluginCacheSize || c.Kubernetes != nil || c.Monitoring.Secure != nil {
+					return "sections wrong"
 				}
 				return ""
 			}},
@@ -93,42 +97,24 @@ ensureSecretPulledImages: {enabled: true, imagePullCredentialsVerificationPolicy
 	})
 }
 
-func TestBuildInfoMetric(t *testing.T) {
+// TestOptionalSectionsAndTheirFlags: the flags that make an optional
+// section present are exactly its own.
+func TestOptionalSectionsAndTheirFlags(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(buildInfoMetric())
-	families, err := reg.Gather()
-	if err != nil || len(families) != 1 || families[0].GetName() != "cri_image_proxy_build_info" {
-		t.Fatalf("gathered %v, %v", families, err)
+	cfg := config.Default()
+	var got [][]string
+	for _, s := range bindServeFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError), cfg) {
+		got = append(got, s.flags)
 	}
-	m := families[0].GetMetric()[0]
-	labels := map[string]string{}
-	for _, l := range m.GetLabel() {
-		labels[l.GetName()] = l.GetValue()
+	want := [][]string{
+		{"image-credential-provider-bin-dir", "image-credential-provider-config"},
+		{"kubeconfig", "node-name"},
+		{"secure-monitoring-address", "tls-cert-file", "tls-private-key-file"},
 	}
-	if m.GetGauge().GetValue() != 1 || labels["version"] != version || labels["goversion"] == "" || labels["cri_api"] == "" {
-		t.Errorf("build_info %v = %v", labels, m.GetGauge().GetValue())
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("sections' flags %v, want %v", got, want)
 	}
-}
-
-// TestClientGoLogsThroughTheDaemonsHandler: what client-go logs (through
-// klog) comes out in the daemon's format, JSON included, and its level
-// filter applies.
-func TestClientGoLogsThroughTheDaemonsHandler(t *testing.T) {
-	var buf bytes.Buffer
-	newLogger(config.Logging{Level: "info", Format: "json"}, &buf)
-	defer klog.ClearLogger()
-	klog.ErrorS(errors.New("connection refused"), "Failed to watch", "reflector", "pods")
-	klog.V(4).InfoS("a detail below the level")
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 1 {
-		t.Fatalf("want one line, got %d:\n%s", len(lines), buf.String())
-	}
-	var rec map[string]any
-	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
-		t.Fatalf("klog's line is not JSON: %v\n%s", err, lines[0])
-	}
-	if rec["msg"] != "Failed to watch" || rec["level"] != "ERROR" || rec["reflector"] != "pods" {
-		t.Errorf("klog's line: %v", rec)
+	if cfg.CredentialProviders == nil || cfg.Kubernetes == nil || cfg.Monitoring.Secure == nil {
+		t.Errorf("a section was not allocated for its flags: %+v", cfg)
 	}
 }

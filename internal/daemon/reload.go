@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -44,6 +44,7 @@ type reloader struct {
 
 	reloads *prometheus.CounterVec // result: applied, refused
 	last    prometheus.Gauge       // the time of the last applied configuration
+	lastOK  prometheus.Gauge       // 1 unless the last reload was refused
 	info    *prometheus.GaugeVec   // hash
 }
 
@@ -61,12 +62,19 @@ func newReloader(load func() (*config.ProxyConfiguration, error), current *confi
 			Namespace: "cri_image_proxy", Name: "config_last_applied_timestamp_seconds",
 			Help: "When the configuration in use was applied (the start, or the last reload applied).",
 		}),
+		// Prometheus's own prometheus_config_last_reload_successful: an alert
+		// holds while the node runs an older configuration than its files,
+		// and clears when a reload applies.
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cri_image_proxy", Name: "config_last_reload_successful",
+			Help: "1 when the last configuration reload was applied (or none was tried since the start), 0 when it was refused: the node runs an older configuration than its files.",
+		}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "cri_image_proxy", Name: "config_info",
 			Help: "Hash of the effective configuration in use (the file with the flags, and the credential provider configuration), as a label: a fleet shows who runs what.",
 		}, []string{"hash"}),
 	}
-	for _, c := range []prometheus.Collector{r.reloads, r.last, r.info} {
+	for _, c := range []prometheus.Collector{r.reloads, r.last, r.lastOK, r.info} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,6 +87,7 @@ func newReloader(load func() (*config.ProxyConfiguration, error), current *confi
 func (r *reloader) applied(cfg *config.ProxyConfiguration) {
 	r.current = cfg
 	r.last.SetToCurrentTime()
+	r.lastOK.Set(1)
 	r.info.Reset()
 	r.info.WithLabelValues(r.hash(cfg)).Set(1)
 }
@@ -100,6 +109,7 @@ func (r *reloader) Reload(why string) error {
 	err := r.reload()
 	if err != nil {
 		r.reloads.WithLabelValues("refused").Inc()
+		r.lastOK.Set(0)
 		r.log.Error("configuration reload refused: the current configuration keeps serving", "trigger", why, "err", err)
 		return err
 	}
@@ -124,7 +134,7 @@ func (r *reloader) reload() error {
 	}
 	var policy ensure.Policy
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		if policy, err = ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist); err != nil {
+		if policy, err = ensurePolicy(e); err != nil {
 			return err
 		}
 	}

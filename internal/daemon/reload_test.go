@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -79,5 +79,34 @@ func TestReloadRefusedKeepsTheCurrentConfiguration(t *testing.T) {
 	r.load = func() (*config.ProxyConfiguration, error) { return next, nil }
 	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "shutdownTimeout changed") {
 		t.Fatalf("got %v, want shutdownTimeout named", err)
+	}
+}
+
+func TestTheLastReloadsResultIsAGauge(t *testing.T) {
+	t.Parallel()
+	cur := config.Default()
+	var loadErr error
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, loadErr }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name   string
+		reload bool
+		err    error
+		want   float64
+	}{
+		{"at the start no reload failed", false, nil, 1},
+		{"a refused reload sets it to 0", true, errors.New("bad file"), 0},
+		{"it stays 0 while reloads are refused", true, errors.New("still bad"), 0},
+		{"a reload applied sets it back to 1", true, nil, 1},
+	} {
+		if step.reload {
+			loadErr = step.err
+			_ = r.Reload("test")
+		}
+		if got := testutil.ToFloat64(r.lastOK); got != step.want {
+			t.Errorf("%s: config_last_reload_successful = %v, want %v", step.name, got, step.want)
+		}
 	}
 }

@@ -1,0 +1,123 @@
+package ensure
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+)
+
+// ImageUse is one image a container would see, and where the request
+// names it.
+type ImageUse struct {
+	Image ImageQuery
+	Field string // "image", "mounts[2].image": for the operator's log
+}
+
+// shown is the image as the pod named it: what its owner may be told.
+func (u ImageUse) shown() string {
+	if u.Image.UserSpecified != "" {
+		return u.Image.UserSpecified
+	}
+	return u.Image.Name
+}
+
+// Admit decides whether pod may create a container that sees uses (its
+// image and the images of its image volumes, by whatever name or ID they
+// are given): each gets the same decision, and the first refused one is
+// the error the client sees.
+func (g *Guard) Admit(ctx context.Context, pod Pod, uses []ImageUse) error {
+	for _, use := range uses {
+		if err := g.admitOne(ctx, pod, use); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admitOne decides one image of a container for pod: nil when it may be
+// used, an error the client sees otherwise.
+func (g *Guard) admitOne(ctx context.Context, pod Pod, use ImageUse) error {
+	shown := use.shown()
+	img, repo, err := g.resolve(ctx, use.Image)
+	ref := img.ID
+	switch {
+	case err != nil && !runtimeAnswered(err):
+		if !g.mayNeedVerification(use.Image.Name) {
+			return nil
+		}
+		g.metrics.denials.Inc()
+		g.log.Warn("ensure: the runtime cannot answer the image check; the container is refused until it can",
+			"image", shown, "field", use.Field, "pod", pod.String(), "err", err)
+		return fmt.Errorf("image %q for pod %s: %w: the image check could not be made; retry", shown, pod, errdefs.ErrUnavailable)
+	case ref != "":
+	case use.Field == "image" && g.Policy().VerificationRequired("", true):
+		// Not an image of the node (absent, or a name the runtime cannot
+		// parse), yet containerd may still create from it: a file path,
+		// absolute or relative to its working directory, is restored as a
+		// checkpoint archive, with a base image named inside it that the
+		// proxy cannot see. The kubelet only creates from images it found
+		// present, so this refuses nothing it does.
+		g.refused(ctx, pod, use, "", "not an image of the node: a checkpoint archive's base image cannot be checked")
+		return refusal(shown, pod)
+	default:
+		// An image volume the runtime does not have, or cannot parse: its
+		// CreateContainer refuses with its own error.
+		return nil
+	}
+	d := g.countedDecide(ref, repo, img.Names)
+	if !d.verify || g.grants.has(pod.UID, ref) {
+		g.logDecision(ctx, "CreateContainer: allowed ("+use.Field+")", shown, ref, pod.String(), d.rule)
+		return nil
+	}
+	// A pod the image was shown to (it is entitled) starts without a pull.
+	if ok, why := g.podEntitled(ctx, pod, ref, repo); ok {
+		g.grants.grant(pod.UID, ref, g.clock.Now())
+		g.logDecision(ctx, "CreateContainer: allowed ("+use.Field+")", shown, ref, pod.String(), why)
+		return nil
+	}
+	g.refused(ctx, pod, use, ref, d.rule)
+	return refusal(shown, pod)
+}
+
+// refusal is what a refused pod's owner reads (an event, crictl): the
+// image as the pod named it, never its ID or the rule.
+func refusal(shown string, pod Pod) error {
+	return fmt.Errorf("image %q for pod %s: %w: it must be pulled with credentials the registry accepts", shown, pod, errdefs.ErrPermissionDenied)
+}
+
+// refused counts and logs a refused image use for the operator: the image
+// ID and the rule go here, never into the error the pod's owner reads.
+func (g *Guard) refused(ctx context.Context, pod Pod, use ImageUse, ref, rule string) {
+	g.metrics.denials.Inc()
+	g.log.InfoContext(ctx, "ensure: container refused", "image", use.shown(), "field", use.Field, "imageRef", ref, "pod", pod.String(), "rule", rule)
+}
+
+// runtimeAnswered reports whether an ImageStatus error is the runtime's
+// answer about the name (it cannot be parsed, or is not found), as opposed
+// to the runtime not answering at all (down, restarting, overloaded).
+func runtimeAnswered(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound:
+		return true
+	}
+	return false
+}
+
+// mayNeedVerification reports, from memory only, whether an image given
+// by name or ID might need verification: false only when the policy or
+// the records say it cannot. Used when the runtime cannot tell which image
+// a name stands for.
+func (g *Guard) mayNeedVerification(image string) bool {
+	repo, ok := g.repository(image)
+	if !ok || imageref.MayBeIDPrefix(image) {
+		// An ID, or a name containerd may resolve as a prefix of one: it can
+		// stand for any image the proxy pulled.
+		return g.Policy().VerificationRequired("", true)
+	}
+	return g.repoMayNeedVerification(repo)
+}

@@ -1,0 +1,207 @@
+package ensure_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
+)
+
+// fakePods is the Kubernetes API as the guard reads it, held in maps: the
+// agreement test needs a different set of waiting pods per case, with no
+// informer to wait for.
+type fakePods struct {
+	pods     []*corev1.Pod
+	secrets  map[string]*corev1.Secret         // namespace/name
+	accounts map[string]*corev1.ServiceAccount // namespace/name
+}
+
+func (f *fakePods) PodsOnNode() []*corev1.Pod { return f.pods }
+
+func (f *fakePods) Pod(_ context.Context, ns, name, uid string) (*corev1.Pod, error) {
+	for _, p := range f.pods {
+		if p.Namespace == ns && p.Name == name && string(p.UID) == uid {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s not found", ns, name)
+}
+
+func (f *fakePods) Secret(_ context.Context, ns, name string) (*corev1.Secret, error) {
+	if s := f.secrets[ns+"/"+name]; s != nil {
+		return s, nil
+	}
+	return nil, fmt.Errorf("secret %s/%s not found", ns, name)
+}
+
+func (f *fakePods) ServiceAccount(_ context.Context, ns, name string) (*corev1.ServiceAccount, error) {
+	if sa := f.accounts[ns+"/"+name]; sa != nil {
+		return sa, nil
+	}
+	return nil, fmt.Errorf("service account %s/%s not found", ns, name)
+}
+
+// annotatedAccounts is the token plugins as configured: a service account
+// with the role annotation may re-use what it pulled.
+type annotatedAccounts struct{}
+
+func (annotatedAccounts) ServiceAccountMayPull(_ string, sa *corev1.ServiceAccount) (bool, string) {
+	_, ok := sa.Annotations[roleAnnotation]
+	return ok, "the role annotation"
+}
+
+// TestImageStatusAndCreateContainerAlwaysAgree: whatever the policy, how
+// the image's record came to be, how old its verification is, and which
+// pod waits for it, an image ImageStatus shows a pod (through the same
+// filter the proxy applies before the guard sees the call) is an image
+// CreateContainer lets that pod use; an image CreateContainer would refuse
+// is hidden, so that the kubelet pulls (IfNotPresent) or reports
+// ErrImageNeverPull (Never) instead of a pod stuck at CreateContainer.
+func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
+	t.Parallel()
+	const repo = "registry.test/team-a/app"
+	t0 := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	policies := []struct {
+		name      ensure.PolicyName
+		allowlist []string
+	}{
+		{ensure.NeverVerify, nil},
+		{ensure.NeverVerifyPreloadedImages, nil},
+		{ensure.NeverVerifyAllowlistedImages, []string{"registry.test/public"}},
+		{ensure.AlwaysVerify, nil},
+	}
+	// kinds are how the image's record came to be; each writes it.
+	kinds := []struct {
+		name   string
+		record func(s ensure.RecordStore, at time.Time) error
+	}{
+		{"preloaded (no record)", func(ensure.RecordStore, time.Time) error { return nil }},
+		{"pulled with no verified credential", func(s ensure.RecordStore, at time.Time) error {
+			return s.RecordPull(refApp, repo, ensure.Credential{}, "", at)
+		}},
+		{"pulled with a pull secret (its coordinates)", func(s ensure.RecordStore, at time.Time) error {
+			return s.RecordPull(refApp, repo, ensure.Credential{Hash: s.HashAuth(ensure.Auth{Username: "alice", Password: "a-pw"}),
+				Secret: &ensure.SecretRef{Namespace: "ns-a", Name: "sec-a", UID: "sec-a-uid"}}, "", at)
+		}},
+		{"pulled with a credential known by its hash only", func(s ensure.RecordStore, at time.Time) error {
+			return s.RecordPull(refApp, repo, ensure.Credential{Hash: s.HashAuth(ensure.Auth{Username: "alice", Password: "a-pw"})}, "", at)
+		}},
+		{"pulled with a service account", func(s ensure.RecordStore, at time.Time) error {
+			return s.RecordPull(refApp, repo, ensure.Credential{ServiceAccount: &ensure.ServiceAccount{Namespace: "ns-a", Name: "sa-a", UID: "sa-a-uid"}}, "", at)
+		}},
+		{"pulled anonymously or with node credentials", func(s ensure.RecordStore, at time.Time) error {
+			return s.RecordPull(refApp, repo, ensure.Credential{Node: true}, "", at)
+		}},
+	}
+	ages := []struct {
+		name     string
+		expiry   *ensure.Expiry
+		verified time.Duration // when the record was written, from the decision's now
+	}{
+		{"no maximum age", nil, -1000 * time.Hour},
+		{"verified within the maximum age", &ensure.Expiry{Default: time.Hour}, -time.Minute},
+		{"verified past the maximum age", &ensure.Expiry{Default: time.Hour}, -2 * time.Hour},
+		{"verified in the future (a clock set back)", &ensure.Expiry{Default: time.Hour}, 30 * time.Minute},
+		{"past the age of its repository's pattern", &ensure.Expiry{Default: 100 * time.Hour, ByRepository: []ensure.RepositoryAge{{Pattern: "registry.test/team-a", MaxAge: time.Minute}}}, -time.Hour},
+	}
+	type waiter struct {
+		name     string
+		pod      *corev1.Pod
+		noAPI    bool // the proxy runs without the kubernetes section
+		podCreds string
+	}
+	entitledPod := func(policy corev1.PullPolicy) *corev1.Pod {
+		p := policyPod("ns-a", "tenant-a", "uid-a", "sa-a", private, policy, "sec-a")
+		return p
+	}
+	otherPod := func(policy corev1.PullPolicy) *corev1.Pod {
+		return policyPod("ns-b", "tenant-b", "uid-b", "default", private, policy)
+	}
+	waiters := []waiter{
+		{name: "tenant A's pod (IfNotPresent)", pod: entitledPod(corev1.PullIfNotPresent)},
+		{name: "tenant A's pod (Never)", pod: entitledPod(corev1.PullNever)},
+		{name: "tenant B's pod (IfNotPresent)", pod: otherPod(corev1.PullIfNotPresent)},
+		{name: "tenant B's pod (Never)", pod: otherPod(corev1.PullNever)},
+		{name: "tenant A's pod, no API", pod: entitledPod(corev1.PullNever), noAPI: true},
+		{name: "tenant B's pod, no API", pod: otherPod(corev1.PullNever), noAPI: true},
+	}
+	secretA := pullSecret("ns-a", "sec-a", "registry.test", "alice:a-pw")
+	secretA.UID = "sec-a-uid"
+	saA := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-a", Name: "sa-a", UID: types.UID("sa-a-uid"), Annotations: map[string]string{roleAnnotation: "puller"}}}
+	saB := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-b", Name: "default", UID: types.UID("sa-b-uid")}}
+
+	cases, shownCount := 0, 0
+	for _, p := range policies {
+		for _, k := range kinds {
+			for _, a := range ages {
+				for _, w := range waiters {
+					name := fmt.Sprintf("%s, %s, %s, %s", p.name, k.name, a.name, w.name)
+					cases++
+					clock := testclock.NewFakeClock(t0)
+					store := ensuretest.NewMemoryStore()
+					if err := k.record(store, t0.Add(a.verified)); err != nil {
+						t.Fatalf("%s: writing the record: %v", name, err)
+					}
+					node := newFakeNode()
+					node.preload(private, refApp)
+					policy, err := ensure.NewPolicy(p.name, p.allowlist)
+					if err != nil {
+						t.Fatal(err)
+					}
+					opts := ensure.GuardOptions{Clock: clock, Logger: slog.New(slog.DiscardHandler)}
+					if !w.noAPI {
+						opts.Pods = &fakePods{
+							pods:     []*corev1.Pod{w.pod},
+							secrets:  map[string]*corev1.Secret{"ns-a/sec-a": secretA},
+							accounts: map[string]*corev1.ServiceAccount{"ns-a/sa-a": saA, "ns-b/default": saB},
+						}
+						opts.Accounts = annotatedAccounts{}
+					}
+					g, err := ensure.NewGuard(store, policy, ensure.CRIRuntime(node, node), opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					g.SetExpiry(a.expiry)
+
+					ctx := context.Background()
+					statusReq := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}
+					shown := true
+					if g.WantsImageStatus(statusReq) { // the filter criproxy applies first
+						st, err := g.ImageStatus(ctx, statusReq, func(ctx context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+							return node.ImageStatus(ctx, r)
+						})
+						if err != nil {
+							t.Fatalf("%s: ImageStatus: %v", name, err)
+						}
+						shown = st.GetImage() != nil
+					}
+					_, createErr := g.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+						Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: refApp, UserSpecifiedImage: private}},
+						SandboxConfig: sandbox(w.pod.Namespace, w.pod.Name, string(w.pod.UID)),
+					}, node.CreateContainer)
+					if shown {
+						shownCount++
+					}
+					if shown && createErr != nil {
+						t.Errorf("%s: ImageStatus shows the image, but CreateContainer refuses it: %v", name, createErr)
+					}
+				}
+			}
+		}
+	}
+	// The table must exercise both answers, or it proves nothing.
+	if shownCount == 0 || shownCount == cases {
+		t.Fatalf("%d of %d cases shown: the table does not exercise both answers", shownCount, cases)
+	}
+	t.Logf("%d cases, %d shown", cases, shownCount)
+}

@@ -1,0 +1,199 @@
+package ensure
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+)
+
+// PullRequest is a pull as the guard decides it: the image as named, the
+// pod it is for (empty for crictl and bake), and the request's own
+// credential.
+type PullRequest struct {
+	Image string
+	Pod   Pod
+	Auth  Auth
+}
+
+// Forward sends a pull on, through the inner hooks (credential injection,
+// the registry check) to the runtime, and returns the image reference the
+// runtime answered.
+type Forward func(ctx context.Context) (imageRef string, err error)
+
+// Pull answers a pull. Right after a hide, a pull whose credential (or
+// whose pod, by its secrets or service account) is already verified for
+// the image is answered from the node: its image ID, no registry traffic.
+// Any other pull is forwarded under a durable intent and, once the
+// registry accepted its credential, the credential is recorded before the
+// answer. Every allowed pull grants the pod the image.
+func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (string, error) {
+	repo, ok := g.repository(req.Image)
+	if !ok {
+		return forward(ctx)
+	}
+	cred := Credential{Hash: g.store.HashAuth(req.Auth)}
+	before, ok := g.answerFromNode(ctx, req, repo, cred.Hash)
+	if ok {
+		return before, nil
+	}
+	if before == "" {
+		// What the name stands for before the pull, so that a pull that
+		// fails can be told from one that left a new image. Unknown ("") if
+		// the runtime does not say: any image found after a failure then
+		// counts as arrived.
+		if img, present, err := g.runtime.Image(ctx, ImageQuery{Name: req.Image}); err == nil && present {
+			before = img.ID
+		}
+	}
+
+	intent, err := g.store.AddIntent(req.Image)
+	if err != nil {
+		// As the kubelet: no intent, no pull (a crash could not be told apart
+		// from a preloaded image).
+		g.metrics.recordErr.Inc()
+		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", req.Image, "err", err)
+		// The cause (a path, a disk) is the operator's: the pod's owner
+		// reads this in an event.
+		return "", fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", req.Image, errdefs.ErrUnavailable)
+	}
+	g.pending.inc(repo)
+	defer g.pending.dec(repo)
+	ctx, reported := pullreport.With(ctx)
+	pulled, err := forward(ctx)
+	if err != nil {
+		g.metrics.pulls.WithLabelValues("failure").Inc()
+		g.settleFailedPull(ctx, req.Image, repo, intent, before)
+		return "", err
+	}
+	g.metrics.pulls.WithLabelValues("success").Inc()
+	g.hidden.take(req.Image)
+	// The record holds the credential that succeeded: a plugin's, when an
+	// inner hook reports one (the request had none, or the registry refused
+	// the request's own), else the request's.
+	if r, ok := reported(); ok {
+		if r.ServiceAccount != nil {
+			// A token plugin pulled it with the pod's service account.
+			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}}
+		} else {
+			// Node-wide plugin credentials: every pod of the node could pull
+			// it the same way.
+			cred = Credential{Node: true}
+		}
+	} else if cred.Hash == "" {
+		cred.Node = true // anonymous
+	}
+	if cred.Hash != "" {
+		cred.Secret = g.secretOf(ctx, req.Pod, repo, cred.Hash)
+	}
+	ref := g.imageID(ctx, req.Image, pulled)
+	unlock := g.refs.lock(ref)
+	defer unlock()
+	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
+		g.recordFailed(req.Image, repo, ref, intent, err)
+	} else {
+		g.settlePulled(req.Image)
+	}
+	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
+	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
+	return pulled, nil
+}
+
+// answerFromNode answers a pull that follows a hide when the request's
+// credential, or the pod, is already verified for the hidden image: the
+// image's ID, granted to the pod. When it does not answer, it returns the
+// hidden image's ID ("" with no hide): what the name stood for before.
+func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash string) (string, bool) {
+	ref, hidden := g.hidden.peek(req.Image, g.clock.Now())
+	if !hidden {
+		return "", false
+	}
+	ok, why := g.verified(ref, repo, hash)
+	if !ok {
+		// As the kubelet's MustAttemptImagePull: the pod may be entitled
+		// by another of its pull secrets (rotated included), or by its
+		// service account (a token plugin behind the proxy).
+		if entitled, because := g.podEntitled(ctx, req.Pod, ref, repo); entitled {
+			ok, why = true, because
+		}
+	}
+	if !ok {
+		g.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", req.Image, ref, req.Pod.String(), why)
+		return ref, false
+	}
+	g.hidden.take(req.Image)
+	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
+	g.metrics.reuses.Inc()
+	g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", req.Image, ref, req.Pod.String(), why)
+	return ref, true
+}
+
+// imageID returns the image ID a pull's image_ref stands for: the
+// ref itself when it is an ID (containerd), else what the runtime answers
+// for the name (a runtime that answers a repo digest). When it cannot be
+// told, the ref is kept: a record under it can only be missed, never
+// match another image.
+func (g *Guard) imageID(ctx context.Context, name, ref string) string {
+	if imageref.IsID(ref) {
+		return ref
+	}
+	if img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
+		return img.ID
+	}
+	return ref
+}
+
+// settleTimeout bounds the question a failed pull asks the runtime.
+const settleTimeout = 10 * time.Second
+
+// settleFailedPull tracks what a pull that failed, was cancelled or cut
+// may have left: the runtime may have finished (or half-finished) it after
+// the caller went away. It asks the runtime, with a context of the
+// proxy's own (the caller's may be gone), what the name stands for now:
+//   - a new image (not the one before the pull): recorded as pulled with
+//     no verified credential, in the intent's transaction, so every pod
+//     verifies, and never taken for a preloaded one;
+//   - nothing new: this pull's intent goes. Intents kept from earlier pulls
+//     of the image (a crash, a cut pull) stay: only a GC run, which lists
+//     the runtime's images, settles those;
+//   - no answer: the intent is kept, and its repository counts as a pull
+//     in flight, until a GC run or the next start settles it.
+func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, before string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
+	switch {
+	case err != nil:
+		g.keepIntent(Intent{ID: intent, Image: image}, repo)
+		g.log.Warn("a pull failed and the runtime cannot say what it left; its intent is kept until it can", "image", image, "err", err)
+	case present && img.ID != before:
+		unlock := g.refs.lock(img.ID)
+		defer unlock()
+		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now()); err != nil {
+			g.recordFailed(image, repo, img.ID, intent, err)
+			return
+		}
+		g.logDecision(ctx, "PullImage: failed, but the image arrived: tracked with no verified credential", image, img.ID, "", "every pod verifies")
+	default:
+		if err := g.store.DropIntent(intent); err != nil {
+			g.keepIntent(Intent{ID: intent, Image: image}, repo)
+			g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", image, "err", err)
+		}
+	}
+}
+
+// recordFailed keeps a pull's intent whose record could not be written.
+// Until a GC run (or the next start) settles it, as the kubelet's intent
+// counter does, the image counts as pulled by the proxy with no verified
+// credential, by its repository and by its ID: never as preloaded.
+func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
+	g.keepIntent(Intent{ID: intent, Image: image}, repo)
+	g.unrecorded.inc(ref)
+	g.metrics.recordErr.Inc()
+	g.log.Error("recording a pull failed; the image needs verification by every other pod until its intent is settled",
+		"image", image, "imageRef", ref, "err", err)
+}

@@ -1,0 +1,358 @@
+package imagepolicy
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/cryptobyte"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/configfiles"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
+)
+
+// The configuration file's type.
+const (
+	ConfigAPIVersion = "config.cri-image-proxy.io/v1alpha1"
+	ConfigKind       = "ImagePolicyConfig"
+)
+
+// Defaults of a provider.
+const (
+	// DefaultTimeout bounds one plugin run. Below the kubelet's 2-minute
+	// runtime request timeout, so that a hung plugin is a clear refusal,
+	// not a CreateContainer deadline.
+	DefaultTimeout = 30 * time.Second
+	// DefaultAllowCacheDuration keeps an allow: a reload (SIGHUP) drops it
+	// sooner, so a revoked key takes effect without waiting.
+	DefaultAllowCacheDuration = time.Hour
+	// DefaultDenyCacheDuration keeps a deny: short, so that an image
+	// signed after a refusal runs soon, long enough to spare the plugin a
+	// crash-looping pod's retries.
+	DefaultDenyCacheDuration = time.Minute
+)
+
+// FailurePolicy says what a provider's fault means: the plugin crashed,
+// hung, printed garbage or another version.
+type FailurePolicy string
+
+// The failure policies.
+const (
+	// Fail refuses the image: fail closed, the default.
+	Fail FailurePolicy = "Fail"
+	// Ignore allows it, as if the provider did not apply.
+	Ignore FailurePolicy = "Ignore"
+)
+
+// AllNamespaces in a provider's namespaces makes it apply to every one.
+const AllNamespaces = "*"
+
+// Config is a loaded, validated image policy configuration.
+type Config struct {
+	// Providers in the order they are asked: files in lexicographic order,
+	// providers in file order.
+	Providers []Provider
+	// DefaultNamespace is the namespace of a pull that names no pod
+	// (crictl without a pod config, a bake job); empty: such pulls are
+	// decided for the empty namespace, which only "*" providers cover.
+	DefaultNamespace string
+	// BinDir holds the plugin executables.
+	BinDir string
+	// Hash identifies the configuration's content ("sha256:...").
+	Hash string
+}
+
+// Provider is one configured policy plugin.
+type Provider struct {
+	Name string
+	// APIVersion is the plugin API version of the request and response.
+	APIVersion  string
+	MatchImages []string
+	// Namespaces the provider applies to; "*" for all.
+	Namespaces         []string
+	Timeout            time.Duration
+	FailurePolicy      FailurePolicy
+	AllowCacheDuration time.Duration
+	DenyCacheDuration  time.Duration
+	// SendCredentials gives the plugin the pull's registry credential.
+	SendCredentials bool
+	Args            []string
+	Env             []EnvVar
+	// File is where the provider was declared, for messages.
+	File string
+}
+
+// EnvVar is an environment variable for the plugin.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// configFile is the file on disk.
+type configFile struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// DefaultNamespace: see Config.
+	DefaultNamespace string           `json:"defaultNamespace,omitempty"`
+	Providers        []providerConfig `json:"providers"`
+}
+
+type providerConfig struct {
+	Name               string           `json:"name"`
+	APIVersion         string           `json:"apiVersion"`
+	MatchImages        []string         `json:"matchImages"`
+	Namespaces         []string         `json:"namespaces"`
+	Timeout            *metav1.Duration `json:"timeout,omitempty"`
+	FailurePolicy      FailurePolicy    `json:"failurePolicy,omitempty"`
+	AllowCacheDuration *metav1.Duration `json:"allowCacheDuration,omitempty"`
+	DenyCacheDuration  *metav1.Duration `json:"denyCacheDuration,omitempty"`
+	SendCredentials    bool             `json:"sendCredentials,omitempty"`
+	Args               []string         `json:"args,omitempty"`
+	Env                []EnvVar         `json:"env,omitempty"`
+}
+
+// LoadConfig reads an ImagePolicyConfig from a file, or from every *.json,
+// *.yaml and *.yml file of a directory in lexicographic order, and
+// validates it against binDir. Every error names the file, the provider
+// and the field; all are reported at once.
+func LoadConfig(path, binDir string) (*Config, error) {
+	files, err := configFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &Config{BinDir: binDir}
+	var errs []error
+	seen := map[string]string{} // provider name -> file
+	defaultFrom := ""
+	hash := cryptobyte.NewBuilder(nil)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("image policy config: %w", err)
+		}
+		hash.AddUint32LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(data) })
+		fc, err := decodeConfig(data)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("image policy config %s: %w", file, err))
+			continue
+		}
+		if ns := fc.DefaultNamespace; ns != "" {
+			for _, msg := range validation.IsDNS1123Label(ns) {
+				errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Invalid(field.NewPath("defaultNamespace"), ns, msg)))
+			}
+			if cfg.DefaultNamespace != "" && cfg.DefaultNamespace != ns {
+				errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Invalid(field.NewPath("defaultNamespace"), ns, fmt.Sprintf("%s already says %q", defaultFrom, cfg.DefaultNamespace))))
+			}
+			cfg.DefaultNamespace, defaultFrom = ns, file
+		}
+		if len(fc.Providers) == 0 {
+			errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Required(field.NewPath("providers"), "at least 1 provider is required")))
+		}
+		for i, pc := range fc.Providers {
+			p := field.NewPath("providers").Index(i)
+			pr, perrs := validateProvider(p, pc, binDir)
+			pr.File = file
+			for _, e := range perrs {
+				errs = append(errs, fmt.Errorf("image policy config %s: provider %q: %s", file, pc.Name, e.Error()))
+			}
+			if other, dup := seen[pc.Name]; dup && pc.Name != "" {
+				errs = append(errs, fmt.Errorf("image policy config %s: provider %q: %s", file, pc.Name, field.Duplicate(p.Child("name"), pc.Name).Error()+": also declared in "+other))
+			}
+			seen[pc.Name] = file
+			cfg.Providers = append(cfg.Providers, pr)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(hash.BytesOrPanic())
+	cfg.Hash = fmt.Sprintf("sha256:%x", sum)
+	return cfg, nil
+}
+
+// configFiles lists the files path stands for (package configfiles).
+func configFiles(path string) ([]string, error) {
+	files, err := configfiles.List(path)
+	if err != nil {
+		return nil, fmt.Errorf("image policy config: %w", err)
+	}
+	return files, nil
+}
+
+// decodeConfig decodes one file strictly: an unknown, misspelt or
+// duplicate field is an error naming its path.
+func decodeConfig(data []byte) (*configFile, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, err
+	}
+	var fc configFile
+	strictErrs, err := kjson.UnmarshalStrict(js, &fc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(strictErrs...); err != nil {
+		return nil, err
+	}
+	if fc.APIVersion != ConfigAPIVersion || fc.Kind != ConfigKind {
+		return nil, fmt.Errorf("apiVersion/kind is %q/%q, want %q/%q", fc.APIVersion, fc.Kind, ConfigAPIVersion, ConfigKind)
+	}
+	return &fc, nil
+}
+
+// validateProvider validates one entry and returns it with its defaults.
+func validateProvider(p *field.Path, pc providerConfig, binDir string) (Provider, field.ErrorList) {
+	pr := Provider{
+		Name: pc.Name, APIVersion: pc.APIVersion, MatchImages: pc.MatchImages, Namespaces: pc.Namespaces,
+		Timeout: DefaultTimeout, FailurePolicy: Fail, AllowCacheDuration: DefaultAllowCacheDuration, DenyCacheDuration: DefaultDenyCacheDuration,
+		SendCredentials: pc.SendCredentials, Args: pc.Args, Env: pc.Env,
+	}
+	var errs field.ErrorList
+	switch {
+	case pc.Name == "":
+		errs = append(errs, field.Required(p.Child("name"), "the plugin's executable name in the bin directory"))
+	case strings.ContainsAny(pc.Name, "/ ") || pc.Name == "." || pc.Name == "..":
+		errs = append(errs, field.Invalid(p.Child("name"), pc.Name, "an executable name: no '/' or space, not '.' or '..'"))
+	default:
+		bin := filepath.Join(binDir, pc.Name)
+		if _, err := exec.LookPath(bin); err != nil {
+			var ee *exec.Error
+			if errors.As(err, &ee) {
+				err = ee.Err
+			}
+			errs = append(errs, field.Invalid(p.Child("name"), pc.Name, fmt.Sprintf("no executable %s in the bin directory (%v)", bin, err)))
+		}
+	}
+	if pc.APIVersion == "" {
+		errs = append(errs, field.Required(p.Child("apiVersion"), "one of "+strings.Join(policyapi.SupportedAPIVersions(), ", ")))
+	} else if !policyapi.Supported(pc.APIVersion) {
+		errs = append(errs, field.NotSupported(p.Child("apiVersion"), pc.APIVersion, policyapi.SupportedAPIVersions()))
+	}
+	if len(pc.MatchImages) == 0 {
+		errs = append(errs, field.Required(p.Child("matchImages"), "at least 1 pattern (the kubelet's matchImages syntax)"))
+	}
+	for i, m := range pc.MatchImages {
+		if err := keyring.ValidateMatchImage(m); err != nil {
+			errs = append(errs, field.Invalid(p.Child("matchImages").Index(i), m, "match image is invalid: "+err.Error()))
+		}
+	}
+	errs = append(errs, validateNamespaces(p.Child("namespaces"), pc.Namespaces)...)
+	for _, d := range []struct {
+		name string
+		v    *metav1.Duration
+		dst  *time.Duration
+		min  time.Duration
+	}{
+		{"timeout", pc.Timeout, &pr.Timeout, 1},
+		{"allowCacheDuration", pc.AllowCacheDuration, &pr.AllowCacheDuration, 0},
+		{"denyCacheDuration", pc.DenyCacheDuration, &pr.DenyCacheDuration, 0},
+	} {
+		if d.v == nil {
+			continue
+		}
+		if d.v.Duration < d.min {
+			msg := "must not be negative"
+			if d.min > 0 {
+				msg = "must be positive"
+			}
+			errs = append(errs, field.Invalid(p.Child(d.name), d.v.Duration.String(), msg))
+		}
+		*d.dst = d.v.Duration
+	}
+	switch pc.FailurePolicy {
+	case "":
+	case Fail, Ignore:
+		pr.FailurePolicy = pc.FailurePolicy
+	default:
+		errs = append(errs, field.NotSupported(p.Child("failurePolicy"), pc.FailurePolicy, []string{string(Fail), string(Ignore)}))
+	}
+	for i, e := range pc.Env {
+		if e.Name == "" {
+			errs = append(errs, field.Required(p.Child("env").Index(i).Child("name"), ""))
+		}
+	}
+	return pr, errs
+}
+
+// validateNamespaces checks a provider's namespaces: at least one, each a
+// namespace name or "*" alone.
+func validateNamespaces(p *field.Path, namespaces []string) field.ErrorList {
+	var errs field.ErrorList
+	if len(namespaces) == 0 {
+		errs = append(errs, field.Required(p, `the namespaces the provider applies to, or "*" for all`))
+	}
+	seen := sets.New[string]()
+	for i, ns := range namespaces {
+		switch {
+		case ns == AllNamespaces:
+			if len(namespaces) > 1 {
+				errs = append(errs, field.Invalid(p.Index(i), ns, `"*" covers every namespace: list it alone`))
+			}
+		default:
+			for _, msg := range validation.IsDNS1123Label(ns) {
+				errs = append(errs, field.Invalid(p.Index(i), ns, msg))
+			}
+		}
+		if seen.Has(ns) {
+			errs = append(errs, field.Duplicate(p.Index(i), ns))
+		}
+		seen.Insert(ns)
+	}
+	return errs
+}
+
+// matcher is a provider's matchImages and namespaces, parsed once: a
+// cached decision must cost microseconds.
+type matcher struct {
+	patterns      []*url.URL
+	allNamespaces bool
+	namespaces    sets.Set[string]
+}
+
+func newMatcher(p Provider) matcher {
+	m := matcher{namespaces: sets.New[string]()}
+	for _, pat := range p.MatchImages {
+		if u, err := keyring.ParseSchemelessURL(pat); err == nil {
+			m.patterns = append(m.patterns, u)
+		}
+	}
+	for _, ns := range p.Namespaces {
+		if ns == AllNamespaces {
+			m.allNamespaces = true
+		}
+		m.namespaces.Insert(ns)
+	}
+	return m
+}
+
+// coversNamespace reports whether the provider applies to ns.
+func (m matcher) coversNamespace(ns string) bool { return m.allNamespaces || m.namespaces.Has(ns) }
+
+// matchesImage reports whether the provider's matchImages match repo, a
+// parsed repository; nil (an image known by ID only) matches every
+// provider: what it is cannot be told, so every policy of the namespace
+// applies.
+func (m matcher) matchesImage(repo *url.URL) bool {
+	if repo == nil {
+		return true
+	}
+	for _, g := range m.patterns {
+		if ok, _ := keyring.URLsMatch(g, repo); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,518 @@
+package imagepolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/keyring"
+)
+
+// The wire types a Subject is made of.
+type (
+	Call       = policyapi.Call
+	Pod        = policyapi.Pod
+	Platform   = policyapi.Platform
+	Credential = policyapi.Credential
+)
+
+// The calls a decision is made at.
+const (
+	CallPullImage       = policyapi.CallPullImage
+	CallCreateContainer = policyapi.CallCreateContainer
+	CallImageVolume     = policyapi.CallImageVolume
+)
+
+// Subject is what a decision is about: an image, where and for whom.
+type Subject struct {
+	// Call is where the proxy asks.
+	Call Call
+	// Image is the image as the CRI request names it (a reference, an
+	// image ID or a prefix of one): for the plugin and the log.
+	Image string
+	// Repository is the normalized repository the image is known under
+	// ("registry.test/team/app"); it selects the providers by matchImages.
+	// Empty when the image is known by ID only: then every provider of the
+	// namespace applies. The engine never derives it from Image: a short
+	// hex string may be a name or an ID prefix.
+	Repository string
+	// Digest is the manifest digest: at PullImage, the one resolved at the
+	// registry that the pull is pinned to; at create, the runtime's repo
+	// digest for Repository, when it has one.
+	Digest string
+	// ImageID is the image's ID, when known (always at create).
+	ImageID string
+	// Platform is the platform pulled and run; nil: not said.
+	Platform *Platform
+	// Pod is the pod; an empty namespace is the configuration's
+	// defaultNamespace (crictl, bake jobs).
+	Pod Pod
+	// Credential is the pull's registry credential, given only to
+	// providers with sendCredentials; nil: none (anonymous, or at create).
+	Credential *Credential
+}
+
+// ErrInvalidSubject marks a subject the engine cannot decide on: a
+// programming error of the caller; the verdict that comes with it refuses.
+var ErrInvalidSubject = errors.New("image policy: invalid subject")
+
+func (s *Subject) validate() error {
+	switch s.Call {
+	case CallPullImage, CallCreateContainer, CallImageVolume:
+	default:
+		return fmt.Errorf("%w: call %q", ErrInvalidSubject, s.Call)
+	}
+	if s.Image == "" {
+		return fmt.Errorf("%w: no image", ErrInvalidSubject)
+	}
+	if s.Digest == "" && s.ImageID == "" {
+		return fmt.Errorf("%w: image %s has neither a digest nor an image ID", ErrInvalidSubject, s.Image)
+	}
+	return nil
+}
+
+// cacheKeys are the keys a subject's verdicts are cached under: the image
+// ID (what a container runs) and the manifest digest (what a pull names).
+func (s *Subject) cacheKeys() []string {
+	keys := make([]string, 0, 2)
+	if s.ImageID != "" {
+		keys = append(keys, s.ImageID)
+	}
+	if s.Digest != "" && s.Digest != s.ImageID {
+		keys = append(keys, s.Digest)
+	}
+	return keys
+}
+
+// Decision is one provider's part of a verdict.
+type Decision struct {
+	Provider  string `json:"provider"`
+	Allowed   bool   `json:"allowed"`
+	Reason    string `json:"reason,omitempty"`
+	PodReason string `json:"podReason,omitempty"`
+	// FromCache is true when the verdict came from the cache.
+	FromCache bool `json:"fromCache"`
+	// Fault is why the plugin gave no verdict (a crash, a hang, garbage,
+	// another version); Allowed then follows FailurePolicy.
+	Fault         string        `json:"fault,omitempty"`
+	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
+	// CachedUntil is when the verdict leaves the cache; zero: not cached.
+	CachedUntil time.Time `json:"cachedUntil,omitzero"`
+}
+
+// result is the decision's metric result.
+func (d *Decision) result() string {
+	switch {
+	case d.Fault != "" && d.Allowed:
+		return resultFailedOpen
+	case d.Fault != "":
+		return resultFailedClosed
+	case d.Allowed:
+		return resultAllowed
+	}
+	return resultDenied
+}
+
+// Verdict is the engine's answer for a subject.
+type Verdict struct {
+	// Allowed: every provider that applies allowed it (or none applies).
+	Allowed bool
+	// Namespace the verdict is for: the pod's, or the default.
+	Namespace string
+	// PodReason is for the pod: the refusing provider's short reason.
+	PodReason string
+	// Decisions of the providers that applied, in order, up to the first
+	// refusal.
+	Decisions []Decision
+
+	generation uint64 // the configuration it was made under, for Bind
+	repository string // the subject's, for Reason
+	invalid    error  // why the subject could not be decided on
+}
+
+// ErrDenied marks a refusal; it is a PermissionDenied (errdefs), so the
+// edge maps it to codes.PermissionDenied.
+var ErrDenied = fmt.Errorf("refused by image policy: %w", errdefs.ErrPermissionDenied)
+
+// Err is nil for an allowed verdict, else an error wrapping ErrDenied
+// whose message is the pod's reason: what the client (the kubelet) shows
+// in the pod's status.
+func (v Verdict) Err() error {
+	if v.Allowed {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrDenied, v.PodReason)
+}
+
+// Options configure an Engine. The zero value is usable.
+type Options struct {
+	// CacheSize bounds each provider's cache; 0 means authcache's default.
+	CacheSize int
+	// Clock drives the caches; nil means the real clock.
+	Clock clock.WithTicker
+	// Logger receives decisions (debug), refusals (info) and plugin faults
+	// (warn); nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil means none.
+	Registerer prometheus.Registerer
+}
+
+// Engine decides image policy for the proxy. It is safe for concurrent
+// use. Its configuration can be replaced while it serves (Reload): a
+// decision uses the providers current when it starts.
+type Engine struct {
+	set     atomic.Pointer[providerSet]
+	gen     atomic.Uint64
+	opts    Options
+	clk     clock.WithTicker
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// providerSet is one configuration's providers, with fresh caches.
+type providerSet struct {
+	config     *Config
+	generation uint64
+	providers  []*provider
+	byName     map[string]*provider
+	matching   sync.Map // repository -> []bool, see matchingImage
+	remembered atomic.Int64
+}
+
+// provider is one configured plugin with its cache of verdicts, keyed by
+// (image ID or digest, namespace).
+type provider struct {
+	cfg     Provider
+	match   matcher
+	runner  runner
+	cache   *authcache.Cache[Decision]
+	metrics *metrics
+	log     *slog.Logger
+	now     func() time.Time
+}
+
+// New returns an Engine for a loaded configuration.
+func New(cfg *Config, opts Options) (*Engine, error) {
+	if cfg == nil {
+		return nil, errors.New("image policy: no configuration")
+	}
+	e := &Engine{opts: opts, clk: opts.Clock, log: opts.Logger}
+	if e.clk == nil {
+		e.clk = clock.RealClock{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if e.metrics, err = newMetrics(opts.Registerer, e.cacheSizes); err != nil {
+		return nil, err
+	}
+	e.install(e.build(cfg))
+	return e, nil
+}
+
+// Reload replaces the configuration. Every cached verdict is dropped:
+// the plugins' own files (a policy, its keys) are not watched, so a
+// reload (SIGHUP) is how a changed policy takes effect at once. Decisions
+// running finish under the configuration they started with; what they
+// cache goes with it.
+func (e *Engine) Reload(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("image policy: no configuration")
+	}
+	e.install(e.build(cfg))
+	return nil
+}
+
+// Config returns the configuration in use.
+func (e *Engine) Config() *Config { return e.set.Load().config }
+
+func (e *Engine) install(set *providerSet) {
+	e.set.Store(set)
+	e.metrics.setConfigHash(set.config.Hash)
+}
+
+func (e *Engine) build(cfg *Config) *providerSet {
+	set := &providerSet{config: cfg, generation: e.gen.Add(1), byName: map[string]*provider{}}
+	for _, pc := range cfg.Providers {
+		p := &provider{
+			cfg: pc, match: newMatcher(pc), runner: newExecRunner(pc, cfg.BinDir),
+			cache:   authcache.New[Decision](authcache.Options{Clock: e.clk, MaxEntries: e.opts.CacheSize}),
+			metrics: e.metrics, log: e.log, now: e.clk.Now,
+		}
+		set.providers = append(set.providers, p)
+		set.byName[pc.Name] = p
+	}
+	return set
+}
+
+func (e *Engine) cacheSizes() map[string]int {
+	out := map[string]int{}
+	if set := e.set.Load(); set != nil {
+		for _, p := range set.providers {
+			out[p.cfg.Name] = p.cache.Len()
+		}
+	}
+	return out
+}
+
+// Run purges expired verdicts every interval until ctx is done.
+func (e *Engine) Run(ctx context.Context, interval time.Duration) {
+	t := e.clk.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			for _, p := range e.set.Load().providers {
+				p.cache.Purge()
+			}
+		}
+	}
+}
+
+// namespaceOf is the namespace a subject is decided for.
+func (set *providerSet) namespaceOf(s *Subject) string {
+	if s.Pod.Namespace != "" {
+		return s.Pod.Namespace
+	}
+	return set.config.DefaultNamespace
+}
+
+// maxRemembered bounds a set's memo of repositories: a node uses few; past
+// it the memo starts again.
+const maxRemembered = 8192
+
+// matchingImage says, for each provider, whether its matchImages match
+// repository (all do for an unknown one), remembered per repository:
+// parsing and matching every pattern on each decision would be most of
+// a cached decision's cost.
+func (set *providerSet) matchingImage(repository string) []bool {
+	if v, ok := set.matching.Load(repository); ok {
+		return v.([]bool)
+	}
+	repo := parsedRepository(repository)
+	m := make([]bool, len(set.providers))
+	for i, p := range set.providers {
+		m[i] = p.match.matchesImage(repo)
+	}
+	if set.remembered.Add(1) > maxRemembered {
+		set.matching.Clear()
+		set.remembered.Store(0)
+	}
+	set.matching.Store(repository, m)
+	return m
+}
+
+// parsedRepository is the subject's repository for matchImages; nil when
+// unknown (or unparsable): every provider then applies.
+func parsedRepository(repo string) *url.URL {
+	if repo == "" {
+		return nil
+	}
+	u, err := keyring.ParseSchemelessURL(repo)
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
+// Decide asks every provider that applies to the subject (its namespace in
+// the provider's namespaces, its repository in its matchImages, or no
+// repository known) in order, stopping at the first refusal. A verdict
+// cached for the subject's image ID or digest, in that namespace, answers
+// for its provider; else the plugin runs (once for concurrent callers with
+// the same image and namespace: a verdict holds for a namespace, not a
+// pod) and its verdict is cached for the provider's duration. A plugin's
+// fault refuses under failurePolicy Fail, allows under Ignore, and is
+// never cached. With no provider applying, the image is allowed.
+//
+// At PullImage, call it with the digest resolved at the registry, before
+// the runtime pulls; at CreateContainer, for the container's image and for
+// each image volume, with the image ID. The error is non-nil only for a
+// subject that cannot be decided on (ErrInvalidSubject); the verdict then
+// refuses, so a caller that looks at the verdict alone fails closed.
+func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
+	set := e.set.Load()
+	ns := set.namespaceOf(&s)
+	v := Verdict{Namespace: ns, generation: set.generation, repository: s.Repository}
+	if err := s.validate(); err != nil {
+		v.invalid, v.PodReason = err, "image policy: the image cannot be identified"
+		e.metrics.decisions.WithLabelValues("", "invalid", resultFailedClosed, "").Inc() // not the call: it may be anything
+		e.log.WarnContext(ctx, "image policy: refused an image it cannot identify", "image", s.Image, "namespace", ns, "err", err)
+		return v, err
+	}
+	matching := set.matchingImage(s.Repository)
+	keys := s.cacheKeys()
+	v.Allowed = true
+	for i, p := range set.providers {
+		if !matching[i] || !p.match.coversNamespace(ns) {
+			continue
+		}
+		d := p.decide(ctx, &s, ns, keys)
+		source := "plugin"
+		if d.FromCache {
+			source = "cache"
+		}
+		e.metrics.decisions.WithLabelValues(p.cfg.Name, string(s.Call), d.result(), source).Inc()
+		v.Decisions = append(v.Decisions, d)
+		if !d.Allowed {
+			v.Allowed = false
+			v.PodReason = d.PodReason
+			break
+		}
+	}
+	if len(v.Decisions) == 0 {
+		e.metrics.decisions.WithLabelValues("", string(s.Call), resultNoProvider, "").Inc()
+	}
+	e.logVerdict(ctx, &s, &v)
+	return v, nil
+}
+
+// Reason is the operator's account of the verdict: each provider's
+// reason, or why none applied. Made on demand: a cached allow at
+// CreateContainer must cost microseconds.
+func (v Verdict) Reason() string {
+	if v.invalid != nil {
+		return v.invalid.Error()
+	}
+	if len(v.Decisions) == 0 {
+		repo := v.repository
+		if repo == "" {
+			repo = "(known by ID only)"
+		}
+		return fmt.Sprintf("no image policy provider applies to namespace %q and repository %s", v.Namespace, repo)
+	}
+	parts := make([]string, 0, len(v.Decisions))
+	for _, d := range v.Decisions {
+		what := "allowed"
+		if !d.Allowed {
+			what = "refused"
+		}
+		if d.FromCache {
+			what += " (cached)"
+		}
+		r := d.Reason
+		if d.Fault != "" {
+			r = fmt.Sprintf("the plugin gave no verdict (%s); failurePolicy %s", d.Fault, d.FailurePolicy)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s: %s", d.Provider, what, r))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// logVerdict writes the decision log line (debug) and, for a refusal, an
+// info line. Never a credential: images, pods and reasons only.
+func (e *Engine) logVerdict(ctx context.Context, s *Subject, v *Verdict) {
+	level := slog.LevelDebug
+	msg := "image policy decision"
+	if !v.Allowed {
+		level, msg = slog.LevelInfo, "image policy refused an image"
+	}
+	if !e.log.Enabled(ctx, level) {
+		return
+	}
+	e.log.Log(ctx, level, msg, "call", s.Call, "image", s.Image, "repository", s.Repository, "digest", s.Digest, "imageID", s.ImageID,
+		"namespace", v.Namespace, "pod", s.Pod.Name, "podUID", s.Pod.UID, "static", s.Pod.Static, "allowed", v.Allowed, "reason", v.Reason())
+}
+
+// decide is one provider's decision: cached, or the plugin's.
+func (p *provider) decide(ctx context.Context, s *Subject, ns string, keys []string) Decision {
+	for _, k := range keys {
+		if d, _, ok := p.cache.Get(k, ns); ok {
+			d.FromCache = true
+			return d
+		}
+	}
+	// The flight must not die with the first caller: the others wait on
+	// it. The exec has its own timeout.
+	flightCtx := context.WithoutCancel(ctx)
+	v, _, _ := p.cache.Do(authcache.FlightKey(keys[0], ns), func() (any, error) {
+		return p.ask(flightCtx, s, ns, keys), nil
+	})
+	return v.(Decision)
+}
+
+// ask runs the plugin and caches its verdict under every key.
+func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string) Decision {
+	req := policyapi.ImagePolicyRequest{
+		Call: s.Call, Image: s.Image, Repository: s.Repository, Digest: s.Digest, ImageID: s.ImageID, Platform: s.Platform, Pod: s.Pod,
+	}
+	req.Pod.Namespace = ns
+	var password string
+	if p.cfg.SendCredentials && s.Credential != nil {
+		req.Credential, password = s.Credential, s.Credential.Password
+	}
+	start := p.now()
+	resp, stderr, err := p.runner.run(ctx, req)
+	p.metrics.duration.WithLabelValues(p.cfg.Name).Observe(p.now().Sub(start).Seconds())
+	p.metrics.calls.WithLabelValues(p.cfg.Name, callResult(err)).Inc()
+	if len(stderr) > 0 && p.log.Enabled(ctx, slog.LevelDebug) {
+		p.log.DebugContext(ctx, "image policy plugin wrote to stderr", "plugin", p.cfg.Name, "image", s.Image, "stderr", execplugin.ForLog(stderr, password))
+	}
+	if err != nil {
+		d := Decision{Provider: p.cfg.Name, Fault: err.Error(), FailurePolicy: p.cfg.FailurePolicy, Allowed: p.cfg.FailurePolicy == Ignore}
+		if !d.Allowed {
+			d.PodReason = fmt.Sprintf("image policy %s could not decide; refused (see the node's log)", p.cfg.Name)
+		}
+		p.log.WarnContext(ctx, "image policy plugin gave no verdict", "plugin", p.cfg.Name, "failurePolicy", p.cfg.FailurePolicy,
+			"allowed", d.Allowed, "image", s.Image, "namespace", ns, "err", err)
+		return d
+	}
+	d := Decision{Provider: p.cfg.Name, Allowed: *resp.Allowed, Reason: resp.Reason, PodReason: resp.PodReason}
+	if !d.Allowed && d.PodReason == "" {
+		d.PodReason = "refused by image policy " + p.cfg.Name
+	}
+	ttl := p.cfg.DenyCacheDuration
+	if d.Allowed {
+		ttl = p.cfg.AllowCacheDuration
+	}
+	if resp.CacheDuration != nil {
+		ttl = resp.CacheDuration.Duration
+	}
+	if ttl > 0 {
+		d.CachedUntil = p.now().Add(ttl)
+		for _, k := range keys {
+			_ = p.cache.Put(authcache.Image, k, ns, d, ttl) // only an unknown key type fails
+		}
+	}
+	return d
+}
+
+// Bind records, after the runtime pulled an image allowed at PullImage,
+// that the pull's verdict holds for the image ID the pull produced, until
+// it expires: CreateContainer then finds it cached. A refusal, a verdict
+// made under an older configuration, and decisions that were not cached
+// (faults, cacheDuration 0) are not bound; CreateContainer then asks the
+// plugins again.
+func (e *Engine) Bind(v Verdict, imageID string) {
+	set := e.set.Load()
+	if !v.Allowed || imageID == "" || set.generation != v.generation {
+		return
+	}
+	now := e.clk.Now()
+	for _, d := range v.Decisions {
+		p := set.byName[d.Provider]
+		if p == nil || d.Fault != "" || d.CachedUntil.IsZero() {
+			continue
+		}
+		if ttl := d.CachedUntil.Sub(now); ttl > 0 {
+			d.FromCache = false
+			_ = p.cache.Put(authcache.Image, imageID, v.Namespace, d, ttl)
+		}
+	}
+}

@@ -1,0 +1,21 @@
+// Package daemon assembles and runs cri-image-proxy serve: Run takes a
+// validated configuration and runs until its context ends.
+//
+// Assembly (daemon.go) builds, in this order: the sockets systemd passed,
+// the connection to the runtime, the Kubernetes API and the node's pods
+// (kubernetes section), the credential injector (credentialProviders),
+// ensure's guard over the records database (ensure.go), the reloader
+// (reload.go), the CRI server on the proxy's socket, and the monitoring
+// endpoints. Each part that runs is a component, a serve function and a
+// stop function; every socket, listener and file opened is closed when
+// Run returns, on one path, whether the daemon stopped or never started.
+//
+// Running: the components run under one errgroup. systemd is told READY=1
+// once every socket accepts calls. The end of the context (SIGTERM,
+// SIGINT) or a component's failure stops them all, the CRI server first:
+// calls in flight get the shutdown timeout to finish.
+//
+// A records database that cannot be opened does not stop the daemon: the
+// kubelet's runtime must stay up. The guard then fails closed (see
+// ensure.UnavailableStore), /readyz fails, and there is no admin socket.
+package daemon
