@@ -118,6 +118,7 @@ func (e *benchEnv) scenarios() []scenario {
 	}
 	if e.ensure != nil {
 		out = append(out, e.ensureScenarios()...)
+		out = append(out, e.registryCheckScenario())
 	}
 	if e.token != nil {
 		out = append(out, e.tokenScenarios()...)

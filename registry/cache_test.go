@@ -1,0 +1,135 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestCheckTakesManifestsFromTheCacheButNeverTheRegistrysWord(t *testing.T) {
+	e := newEnv(t, authBasic)
+	e.push.index("team-b/multi:v1", e.index)
+	e.reg.allow("team-b/multi", "bob")
+	ctx := context.Background()
+	// alice's check fills the cache with the index and its platform manifest.
+	if _, err := e.checker.Check(ctx, Request{Image: e.image("team-a/multi:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.reg.requests()
+
+	t.Run("a platform manifest from the cache is proven present with a HEAD", func(t *testing.T) {
+		res, err := e.checker.Check(ctx, Request{Image: e.image("team-a/multi:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := e.reg.requests()
+		// GET the index; HEAD the platform manifest, the config, 2 layers.
+		if res.Requests != 5 || len(seen) != 5 || res.BlobsChecked != 4 {
+			t.Errorf("%d requests (the registry saw %d), %d checked; want 5, 4 checked: %+v", res.Requests, len(seen), res.BlobsChecked, seen)
+		}
+		for _, s := range seen {
+			if s.method == http.MethodGet && strings.HasSuffix(s.path, string(e.imgMan)) {
+				t.Errorf("the platform manifest was fetched again: %+v", s)
+			}
+		}
+	})
+	t.Run("a digest reference from the cache is one round of HEADs", func(t *testing.T) {
+		res, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app@" + string(e.imgMan)), ImageID: string(e.imgID), Credential: alice(), Blobs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := e.reg.requests()
+		for _, s := range seen {
+			if s.method != http.MethodHead {
+				t.Errorf("got %s %s, want only HEADs", s.method, s.path)
+			}
+		}
+		if res.Requests != 4 || len(seen) != 4 || res.BlobsChecked != 4 {
+			t.Errorf("%d requests (the registry saw %d), %d checked; want 4, all checked", res.Requests, len(seen), res.BlobsChecked)
+		}
+	})
+	t.Run("without Blobs a digest reference from the cache is still asked", func(t *testing.T) {
+		res, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app@" + string(e.imgMan)), ImageID: string(e.imgID), Credential: bob()})
+		if !errors.Is(err, ErrDenied) {
+			t.Fatalf("bob: got %v, want ErrDenied", err)
+		}
+		if res.Requests != 1 {
+			t.Errorf("%d requests, want 1 HEAD", res.Requests)
+		}
+	})
+	t.Run("a cached platform manifest the repository lacks is ErrDenied", func(t *testing.T) {
+		e.reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path == "/v2/team-b/multi/manifests/"+string(e.imgMan) {
+				http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotFound)
+				return true
+			}
+			return false
+		})
+		defer e.reg.setHook(nil)
+		_, err := e.checker.Check(ctx, Request{Image: e.image("team-b/multi:v1"), ImageID: string(e.imgID), Credential: bob(), Blobs: true})
+		var re *Error
+		if !errors.Is(err, ErrDenied) || !errors.As(err, &re) || re.Reason != "1 of 4 blobs not readable in the repository" {
+			t.Fatalf("got %v, want ErrDenied for 1 of 4", err)
+		}
+	})
+}
+
+func TestCheckAsksARememberedTagWithAHead(t *testing.T) {
+	e := newEnv(t, authBasic)
+	ctx := context.Background()
+	req := Request{Image: e.image("team-a/app:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true}
+	if _, err := e.checker.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	e.reg.requests()
+
+	t.Run("a tag asked again is a HEAD: no GET, which some registries count as a pull", func(t *testing.T) {
+		req.Credential = Credential{Username: "carol", Password: testUsers["carol"]}
+		res, err := e.checker.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := e.reg.requests()
+		for _, s := range seen {
+			if s.method != http.MethodHead {
+				t.Errorf("got %s %s, want only HEADs", s.method, s.path)
+			}
+		}
+		if res.Requests != 4 || res.BlobsChecked != 3 {
+			t.Errorf("%d requests, %d blobs checked; want 4 (the tag and 3 blobs), 3", res.Requests, res.BlobsChecked)
+		}
+	})
+	t.Run("a tag that moved since is fetched again", func(t *testing.T) {
+		e.push.image("team-a/app:v1", e.other)
+		defer e.push.image("team-a/app:v1", e.img)
+		res, err := e.checker.Check(ctx, req)
+		if !errors.Is(err, ErrMoved) || res.ConfigDigest != e.otherID {
+			t.Fatalf("got %v, config %s; want ErrMoved to %s", err, res.ConfigDigest, e.otherID)
+		}
+		seen := e.reg.requests()
+		if len(seen) != 2 || seen[0].method != http.MethodHead || seen[1].method != http.MethodGet {
+			t.Errorf("got %+v, want HEAD then GET of the tag", seen)
+		}
+	})
+	t.Run("a registry that names a digest it cannot serve is ErrDenied, though the cache holds that manifest", func(t *testing.T) {
+		// team-b/liar knows the digest of alice's manifest, not its bytes.
+		e.reg.allow("team-b/liar", "bob")
+		e.reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+			if !strings.HasPrefix(r.URL.Path, "/v2/team-b/liar/") {
+				return false
+			}
+			if r.Method == http.MethodHead {
+				w.Header().Set("Docker-Content-Digest", string(e.imgMan))
+				return true // 200 to every HEAD, blobs included
+			}
+			http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotFound)
+			return true
+		})
+		defer e.reg.setHook(nil)
+		if _, err := e.checker.Check(ctx, Request{Image: e.image("team-b/liar:v1"), ImageID: string(e.imgID), Credential: bob(), Blobs: true}); !errors.Is(err, ErrDenied) {
+			t.Fatalf("got %v, want ErrDenied", err)
+		}
+	})
+}

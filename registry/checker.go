@@ -1,0 +1,178 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/containerd/platforms"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure a Checker. The zero value is usable.
+type Options struct {
+	// HostsDir is containerd's config_path: the certs.d directories, ':'
+	// separated, where <host>/hosts.toml is read. "" is DefaultHostsDir.
+	HostsDir string
+	// Vouched names mirrors the operator vouches for; see VouchedMirror.
+	Vouched []VouchedMirror
+	// Timeout bounds a whole check; 0 is 10s.
+	Timeout time.Duration
+	// MaxParallel bounds the HEAD requests one check has in flight; 0 is 8.
+	MaxParallel int
+	// ManifestCacheBytes bounds the manifests kept in memory (verified by
+	// digest); 0 is 8 MiB, negative keeps none.
+	ManifestCacheBytes int64
+	// Registerer takes the metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger gets one debug line per check; nil discards.
+	Logger *slog.Logger
+}
+
+// Checker asks registries whether a credential can read an image. Safe for
+// concurrent use; Reload may run alongside checks.
+type Checker struct {
+	hostDir     func(string) (string, error)
+	timeout     time.Duration
+	maxParallel int
+	log         *slog.Logger
+	metrics     *metrics
+
+	vouched       atomic.Pointer[map[string]vouchedURL]
+	vouchedClient *http.Client
+	hosts         hostsCache
+	challenges    challengeMemory
+	manifests     *manifestCache
+	tags          tagMemory
+}
+
+// New validates opts and returns a Checker.
+func New(opts Options) (*Checker, error) {
+	c := &Checker{timeout: opts.Timeout, maxParallel: opts.MaxParallel, log: opts.Logger}
+	if c.timeout <= 0 {
+		c.timeout = 10 * time.Second
+	}
+	if c.maxParallel <= 0 {
+		c.maxParallel = 8
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	dirs := opts.HostsDir
+	if dirs == "" {
+		dirs = DefaultHostsDir
+	}
+	c.hostDir = hostDirFromRoots(filepath.SplitList(dirs))
+	cacheBytes := opts.ManifestCacheBytes
+	if cacheBytes == 0 {
+		cacheBytes = 8 << 20
+	}
+	c.manifests = newManifestCache(max(cacheBytes, 0))
+	c.vouchedClient = newVouchedClient(c)
+	if err := c.Reload(opts.Vouched); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("registry metrics: %w", err)
+	}
+	c.metrics = m
+	return c, nil
+}
+
+// Reload validates vouched and, when it is valid, makes it the vouched
+// mirrors of the checks that start from now on (atomically), and has the
+// next check of every registry read its hosts configuration afresh. On an
+// error nothing changes.
+func (c *Checker) Reload(vouched []VouchedMirror) error {
+	v, err := parseVouched(vouched)
+	if err != nil {
+		return err
+	}
+	c.vouched.Store(&v)
+	c.hosts.mu.Lock()
+	old := c.hosts.m
+	c.hosts.m = nil
+	c.hosts.mu.Unlock()
+	for _, e := range old {
+		for _, h := range e.hosts {
+			h.Client.CloseIdleConnections()
+		}
+	}
+	return nil
+}
+
+// Check asks the image's registry (or the mirror vouched for it) whether
+// r.Credential can read r.Image, and whether it is the image r.ImageID. A
+// nil error means verified. Otherwise the error matches ErrDenied, ErrMoved
+// or ErrUnreachable (errors.Is), or none of them for a Request that is not
+// valid (an image that does not parse, an invalid ImageID); it is an
+// *Error in the first three cases.
+func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) {
+	start := time.Now()
+	res.CredentialKind = r.Credential.Kind()
+	name, err := parseImage(r.Image)
+	if err != nil {
+		c.metrics.checks.WithLabelValues("", resultInvalid).Inc()
+		return res, err
+	}
+	imageID, err := parseImageID(r.ImageID)
+	if err != nil {
+		c.metrics.checks.WithLabelValues(name.registry, resultInvalid).Inc()
+		return res, err
+	}
+	platform := platforms.DefaultSpec()
+	if r.Platform != nil {
+		platform = *r.Platform
+	}
+	res.Registry, res.Repository = name.registry, name.repository
+
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	// containerd's authorizer logs through logrus: keep it off stderr.
+	ctx = log.WithLogger(ctx, quietLogger)
+	chk := &check{c: c, name: name, cred: r.Credential, res: &res}
+	defer func() {
+		res.Requests = int(chk.requests.Load())
+		result := resultVerified
+		switch {
+		case errors.Is(err, ErrDenied):
+			result = resultDenied
+		case errors.Is(err, ErrMoved):
+			result = resultMoved
+		case err != nil:
+			result = resultUnreachable
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Endpoint == "" {
+			e.Endpoint = res.Endpoint
+		}
+		c.metrics.checks.WithLabelValues(name.registry, result).Inc()
+		c.log.LogAttrs(ctx, slog.LevelDebug, "registry check",
+			slog.String("image", r.Image), slog.String("endpoint", res.Endpoint), slog.Bool("vouched", res.Vouched),
+			slog.String("credential", res.CredentialKind), slog.String("result", result),
+			slog.String("manifest", string(res.ManifestDigest)), slog.Int("blobsChecked", res.BlobsChecked),
+			slog.Int("requests", res.Requests), slog.Duration("duration", time.Since(start)), errAttr(err))
+	}()
+
+	ep, err := c.endpointFor(ctx, name.registry)
+	if err != nil {
+		return res, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
+	}
+	res.Endpoint, res.Vouched = ep.String(), ep.vouched
+	chk.start(ctx, ep)
+	return res, chk.run(ctx, imageID, platform, r.Blobs)
+}
+
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.Attr{}
+	}
+	return slog.String("error", err.Error())
+}

@@ -1,0 +1,102 @@
+// Package registry asks an image's own registry whether a credential can
+// read an image in a repository, content-aware: the registry's word, not
+// the runtime's. A pull that succeeded proves nothing when a mirror in
+// containerd's hosts.toml answered it, or when the runtime fetched nothing
+// because the content was already on the node (issue #28).
+//
+// # The contract
+//
+// Checker.Check(ctx, Request) resolves Request.Image at the image's
+// registry with Request.Credential and returns nil only when:
+//
+//   - the registry answered the reference for this credential: a GET of
+//     the manifest or index, by tag or by digest, whose body matches the
+//     digest asked for and the Docker-Content-Digest it named; or, for a
+//     tag that resolved to a digest when a previous check GOT its bytes
+//     from this endpoint, a HEAD naming that same digest (a GET counts as
+//     a pull against Docker Hub's rate limits, a HEAD does not; a tag that
+//     moved, or a digest the registry never served, is a GET again);
+//   - the platform's manifest (picked from an index as containerd picks
+//     it) has the config Request.ImageID names, when it names one;
+//   - with Request.Blobs, a HEAD of each blob the image needs (config and
+//     layers, and any manifest taken from the memory cache) in this
+//     repository answered 200, or a redirect to the registry's storage
+//     (not followed: a registry redirects only once it found the blob for
+//     the credential), all in one round of parallel requests.
+//
+// Otherwise the error matches one of (errors.Is), and is an *Error whose
+// Error() is for the operator and whose Reason is short, for the pod:
+//
+//   - ErrDenied: 401/403 for this credential (or from the token endpoint),
+//     or the manifest or a blob unknown to this repository (404);
+//   - ErrMoved: the reference resolves to another image than ImageID, or
+//     its index has no manifest for the platform;
+//   - ErrUnreachable: network, TLS, timeout, 429, 5xx, other statuses, and
+//     answers that cannot be used: garbage, over a size bound, or not the
+//     content their digest names. A registry that lies about a digest is
+//     ErrUnreachable: its answer is not a word the check can take, which is
+//     not the same as a refusal; both fail closed.
+//
+// An error matching none of them is a Request that is not valid (an image
+// that does not parse, an ImageID that is no digest). No error, log line
+// or metric label ever holds a credential, a token or an Authorization
+// header.
+//
+// # Which endpoint answers
+//
+// The registry's server as the node's containerd sees it: the hosts.toml
+// of Options.HostsDir (containerd's config_path) is read with containerd's
+// own code (core/remotes/docker/config.ConfigureHosts), so `server`, `ca`,
+// `client`, `skip_verify`, `header`, plain http, localhost and docker.io
+// (registry-1.docker.io) behave exactly as they do for the runtime. That
+// code lists the `[host."…"]` mirrors first and the server last; a check
+// takes the last and never asks a mirror, unless the operator vouched for
+// a mirror of that registry (Options.Vouched, Checker.Reload): the check
+// then goes there, with the credential, and Result.Vouched says so.
+// Requests carry containerd's "ns" query argument where containerd adds
+// it, and its Accept header. The HTTP proxy is the process environment's
+// (HTTPS_PROXY), as it is containerd's.
+//
+// # Authentication
+//
+// The token flow is containerd's (core/remotes/docker's authorizer:
+// basic, bearer with the OAuth POST and the GET fallback, identity tokens
+// as refresh tokens), chosen over go-containerregistry's transport because
+// it is the runtime's own code on the same hosts configuration, and its
+// authorizer can be seeded with a known challenge where ggcr's transport
+// pings the registry first. A registry token (which containerd ignores) is
+// sent as a bearer token as is. Each check has its own authorizer, so a
+// token fetched with one credential never serves another credential's
+// check. Each endpoint's challenge (scheme, realm, service; never a scope)
+// is remembered, and a new check's authorizer is seeded with it: no 401
+// round before the credential is sent. A 401 with another challenge (a
+// stale one) is learnt and the request sent once more.
+//
+// So with a remembered challenge a check of a single-manifest image is one
+// request for the manifest (GET, or HEAD for a remembered tag), then one
+// round of parallel HEADs (plus the token request on a token registry):
+// the rounds of the runtime's own re-check pull (HEAD 401, HEAD; HEAD 401,
+// token, HEAD). Result.Requests counts every HTTP request.
+//
+// # Bounds
+//
+// Every check is bounded by Options.Timeout; every answer's body by 4 MiB;
+// an image by 1024 blobs; HEADs in flight by Options.MaxParallel. Manifest
+// bodies verified by digest are kept in memory, parsed, up to
+// Options.ManifestCacheBytes: they save fetching an index's platform
+// manifest (or a digest reference) again, never the registry's word on
+// this repository and credential, which a HEAD then gives.
+//
+// # What it does not prove
+//
+// A HEAD answered 200 is the registry's word. A registry run by the party
+// asking (the manifest-only copy of issue #28) can answer 200 for blobs it
+// does not hold; the check then proves only that the registry served the
+// manifest bodies (which knowing a digest does not give). Only fetching
+// every layer and verifying it would prove more.
+//
+// Metrics (Options.Registerer), labelled by registry host only:
+// cri_image_proxy_registry_checks_total{registry,result},
+// cri_image_proxy_registry_blob_checks_total{registry,result},
+// cri_image_proxy_registry_request_duration_seconds{registry}.
+package registry

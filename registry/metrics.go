@@ -1,0 +1,48 @@
+package registry
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are labelled by the registry host the image names (bounded by
+// what a node pulls), never by a repository, an endpoint's path or
+// anything of a credential.
+type metrics struct {
+	checks   *prometheus.CounterVec   // registry, result
+	blobs    *prometheus.CounterVec   // registry, result
+	requests *prometheus.HistogramVec // registry
+}
+
+// Results of a check, as the checks metric labels them.
+const (
+	resultVerified    = "verified"
+	resultDenied      = "denied"
+	resultMoved       = "moved"
+	resultUnreachable = "unreachable"
+	resultInvalid     = "invalid"
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "checks_total",
+			Help: "Checks at an image's registry (or a vouched mirror) of a credential for an image, by registry host and result (verified, denied, moved, unreachable, invalid).",
+		}, []string{"registry", "result"}),
+		blobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "blob_checks_total",
+			Help: "Blobs (and manifests by digest) a check asked the repository for with HEAD, by registry host and result (present, missing, refused, error).",
+		}, []string{"registry", "result"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "request_duration_seconds",
+			Help:    "Time to the response headers of each HTTP request of a check (token requests and redirects included), by registry host.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"registry"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.checks, m.blobs, m.requests} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,152 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+)
+
+// Credential is what a check authenticates with; the zero value is
+// anonymous. As in containerd's CRI (ParseAuth), a username wins over an
+// identity token; a registry token, which containerd ignores, is sent as
+// a bearer token as is (no token request).
+type Credential struct {
+	Username, Password string
+	IdentityToken      string
+	RegistryToken      string
+}
+
+// Credential kinds, as Result.CredentialKind names them.
+const (
+	KindAnonymous     = "anonymous"
+	KindBasic         = "basic"
+	KindIdentityToken = "identity token"
+	KindRegistryToken = "registry token"
+)
+
+// Kind names the form of the credential a check will use.
+func (c Credential) Kind() string {
+	switch {
+	case c.Username != "":
+		return KindBasic
+	case c.IdentityToken != "":
+		return KindIdentityToken
+	case c.RegistryToken != "":
+		return KindRegistryToken
+	}
+	return KindAnonymous
+}
+
+// hostCredentials is the credential in the form containerd's authorizer
+// takes it; nil for anonymous (and for a registry token, sent as is).
+func (c Credential) hostCredentials() func(string) (string, string, error) {
+	var user, secret string
+	switch c.Kind() {
+	case KindBasic:
+		user, secret = c.Username, c.Password
+	case KindIdentityToken:
+		secret = c.IdentityToken
+	default:
+		return nil
+	}
+	return func(string) (string, string, error) { return user, secret, nil }
+}
+
+// Request is one question to a registry.
+type Request struct {
+	// Image as the pod named it: "host/repo:tag", "host/repo@sha256:…",
+	// "host/repo:tag@sha256:…", or a short Docker Hub name ("nginx").
+	// With a digest, the digest is asked (as containerd does).
+	Image string
+	// ImageID is the runtime's image ID (the config digest) the answer must
+	// match; "" only resolves.
+	ImageID string
+	// Platform picks the manifest of an index; nil is this node's
+	// (containerd's platforms.DefaultSpec).
+	Platform *ocispec.Platform
+	// Credential the check authenticates with.
+	Credential Credential
+	// Blobs: also prove that each blob the image needs (its config and
+	// layers, and the platform manifest when the reference names an index
+	// and that manifest was not fetched from the registry in this check)
+	// exists in this repository for this credential.
+	Blobs bool
+}
+
+// Result is what the registry answered, and how it was asked. On an
+// error, it holds what was learnt before it (the endpoint, the requests).
+type Result struct {
+	Registry   string // the registry the image names: "docker.io", "registry.example:5000"
+	Endpoint   string // the endpoint asked: "https://registry-1.docker.io/v2"
+	Vouched    bool   // the endpoint is a mirror the operator vouched for, not the registry's server
+	Repository string // the repository at the registry: "library/nginx"
+
+	ManifestDigest digest.Digest // what the reference resolves to (an index or a manifest)
+	ImageManifest  digest.Digest // the platform's manifest (== ManifestDigest for a single manifest)
+	ConfigDigest   digest.Digest // the image's config: the runtime's image ID
+
+	Blobs        []digest.Digest // the blobs the image needs: its config, then its layers
+	BlobsChecked int             // blobs (and manifests) proven present in the repository by HEAD
+
+	Requests       int    // HTTP requests this check made, token requests and redirects included
+	CredentialKind string // KindAnonymous, KindBasic, KindIdentityToken or KindRegistryToken
+}
+
+// imageName is a Request.Image, parsed.
+type imageName struct {
+	registry   string        // "docker.io"
+	repository string        // "library/nginx"
+	object     string        // the tag or the digest asked for
+	digest     digest.Digest // the reference's digest, if any
+}
+
+// String is the repository and the object asked for: "team-a/app:v1",
+// "team-a/app@sha256:…".
+func (n imageName) String() string {
+	if n.digest != "" {
+		return n.repository + "@" + n.object
+	}
+	return n.repository + ":" + n.object
+}
+
+var errInvalidRequest = errors.New("invalid registry check request")
+
+func parseImage(s string) (imageName, error) {
+	if imageref.IsID(s) {
+		return imageName{}, fmt.Errorf("%w: %q is an image ID, not a reference", errInvalidRequest, s)
+	}
+	named, err := reference.ParseNormalizedNamed(s)
+	if err != nil {
+		return imageName{}, fmt.Errorf("%w: image %q: %v", errInvalidRequest, s, err)
+	}
+	n := imageName{registry: reference.Domain(named), repository: reference.Path(named), object: "latest"}
+	if t, ok := named.(reference.Tagged); ok {
+		n.object = t.Tag()
+	}
+	if d, ok := named.(reference.Digested); ok {
+		n.digest = d.Digest()
+		n.object = n.digest.String()
+	}
+	return n, nil
+}
+
+// parseImageID accepts "sha256:<hex>" and, as the CRI does, bare hex.
+func parseImageID(s string) (digest.Digest, error) {
+	if s == "" {
+		return "", nil
+	}
+	if !strings.Contains(s, ":") {
+		s = "sha256:" + s
+	}
+	d, err := digest.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("%w: image ID %q: %v", errInvalidRequest, s, err)
+	}
+	return d, nil
+}
