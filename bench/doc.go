@@ -1,5 +1,5 @@
 // Command bench measures the proxy against the direct path, side by side in
-// one run, on real components: containerd from the rig (package e2e/rig)
+// one run, on real components: containerd from the rig (package internal/rig)
 // and the cri-image-proxy binary as a separate process. It is run by
 // `make bench` (root).
 //

@@ -14,10 +14,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // ensureEnv is what the ensure scenarios need: two proxies enforcing

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
 

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // The Go runtime's settings under a mixed load: the proxy's defaults

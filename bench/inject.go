@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // injectEnv is what the credential injection scenarios need: two proxies

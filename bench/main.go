@@ -19,7 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 func main() {

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
 // The pod start benchmark: the latency a user feels, from the pod's

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // TestEnsureDatabaseThatCannotBeOpened starts the proxy on a records

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // TestMetricsAreDocumented scrapes a daemon with every feature on, after a

@@ -15,8 +15,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // ensureProxy is a proxy with KEP-2535 enforcement, its database and

@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
 // proxyImage is the proxy's OCI image, built by hack/image from a static

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
 

@@ -18,8 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
 // The node tests run the product under a real kubelet: one-node cluster on

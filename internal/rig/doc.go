@@ -1,0 +1,14 @@
+// Package rig starts real components for the end-to-end and node tests
+// (e2e), the bench and the demo (hack/demo): a private containerd (own
+// root, state and socket; CRI plugin), the Debian distribution registry on
+// 127.0.0.1 twice over one storage (one with htpasswd/bcrypt
+// authentication, one anonymous), test images built and pushed in Go with
+// credentials, crictl/critest, and the proxy binary.
+//
+// Everything listens on 127.0.0.1 or on unix sockets under the rig's
+// directory. Nothing reaches the internet: containerd mirrors gcr.io and
+// registry.k8s.io to the local registries.
+//
+// The packages and tools must be installed first (hack/install-deps.sh);
+// Start checks and says what is missing. A rig needs root.
+package rig
