@@ -7,9 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
+var controlScenario = nodeScenario{
+	name:   "control, the proxy not enforcing: B without a secret runs A's image unless the kubelet enforces",
+	images: []string{privateImage},
+	run:    (*nodeEnv).scenarioControl,
+}
+
 // scenarioControl shows what the proxy prevents: with a pass-through proxy
 // in its place, a pod without credentials runs the image A pulled with
-// its secret (kubernetes/kubernetes#18787), unless the kubelet enforces
+// its secret in scenario 1 (kubernetes/kubernetes#18787), unless the kubelet enforces
 // KEP-2535 itself.
 func (e *nodeEnv) scenarioControl(t *testing.T) {
 	e.proxy.proc.Stop(10 * time.Second)
@@ -21,7 +27,7 @@ func (e *nodeEnv) scenarioControl(t *testing.T) {
 		plain.Stop(10 * time.Second)
 		e.proxy.start(t)
 	}()
-	p := e.run(t, podSpec{ns: e.nsB, name: "control", image: e.private, policy: corev1.PullIfNotPresent})
+	p := e.run(t, podSpec{ns: e.nsB, name: "control", image: e.image(privateImage), policy: corev1.PullIfNotPresent})
 	if e.v.gates["KubeletEnsureSecretPulledImages"] {
 		e.waitWaiting(t, p, "ErrImagePull", "ImagePullBackOff")
 		e.neverRan(t, p)

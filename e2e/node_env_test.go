@@ -32,13 +32,40 @@ type nodeEnv struct {
 	kubeconfig string
 	// mon is the proxy's monitoring address.
 	mon string
-	// Images, pushed for this variant only (so that no kubelet has seen
-	// them): private needs credentials; public is the same storage through
-	// the anonymous registry.
-	private, public, byPlugin, bySA, kill, full, moving string
 }
 
-func newNodeEnv(t *testing.T, k *kuberig.Kube, v kubeletVariant) *nodeEnv {
+// The images several scenarios share, as paths under a kubelet's
+// repository (nodeEnv.image).
+const (
+	// privateImage needs credentials: scenario 1 pulls it as tenant A, with
+	// its secret; most scenarios after it try it as B.
+	privateImage = "private:v1"
+	// publicImage is pulled through the anonymous registry (the same
+	// storage): nodeEnv.anonymous.
+	publicImage = "public:v1"
+	// pluginImage is what the proxy's node-wide plugin matches (nodePlugins).
+	pluginImage = "byplugin/app:v1"
+	// tokenImage is what the token plugin matches (nodePlugins).
+	tokenImage = "bysa/app:v1"
+)
+
+// image is the reference of path, an image of this kubelet's own
+// repository, at the authenticated registry.
+func (e *nodeEnv) image(path string) string {
+	return testRig.Registry + "/" + e.repository() + "/" + path
+}
+
+// anonymous is the same image through the anonymous registry: public.
+func (e *nodeEnv) anonymous(path string) string {
+	return testRig.AnonRegistry + "/" + e.repository() + "/" + path
+}
+
+// repository is the kubelet's own, under which its images are pushed.
+func (e *nodeEnv) repository() string { return "node-" + e.v.id }
+
+// newNodeEnv starts v's node with images (paths under its repository)
+// pushed first, each a fresh image no kubelet has seen.
+func newNodeEnv(t *testing.T, k *kuberig.Kube, v kubeletVariant, images []string) *nodeEnv {
 	t.Helper()
 	bin := kuberig.KubeletBin(testRig, v.version)
 	e := &nodeEnv{k: k, v: v, nsA: v.id + "-a", nsB: v.id + "-b"}
@@ -60,22 +87,14 @@ func newNodeEnv(t *testing.T, k *kuberig.Kube, v kubeletVariant) *nodeEnv {
 		createServiceAccount(t, k, ns, "builder", user)
 	}
 
-	repo := "node-" + v.id
-	push := func(ref string) string {
+	for _, path := range images {
+		ref := e.repository() + "/" + path
 		if _, err := testRig.PushBusybox(ref, v.id+" "+ref); err != nil {
 			t.Fatal(err)
 		}
-		return testRig.Registry + "/" + ref
 	}
-	e.private = push(repo + "/private:v1")
-	e.public = testRig.AnonRegistry + "/" + strings.TrimPrefix(push(repo+"/public:v1"), testRig.Registry+"/")
-	e.byPlugin = push(repo + "/byplugin/app:v1")
-	e.bySA = push(repo + "/bysa/app:v1")
-	e.kill = push(repo + "/kill/app:v1")
-	e.full = push(repo + "/full/app:v1")
-	e.moving = testRig.Registry + "/" + repo + "/moving:latest"
 
-	e.plugins = nodePlugins(t, testRig.Registry+"/"+repo)
+	e.plugins = nodePlugins(t, testRig.Registry+"/"+e.repository())
 	kubeconfig, err := k.WriteKubeconfig(kuberig.NodeUser)
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +143,8 @@ func (e *nodeEnv) tearDown(t *testing.T) {
 }
 
 // nodePlugins writes the proxy's providers for the node tests: the
-// reference plugin with node-wide credentials (user) for prefix/byplugin,
-// and the token plugin for prefix/bysa.
+// reference plugin with node-wide credentials (user) for prefix/byplugin
+// (pluginImage), and the token plugin for prefix/bysa (tokenImage).
 func nodePlugins(t *testing.T, prefix string) pluginSetup {
 	t.Helper()
 	s := newPluginDir(t, "nodeplugins")
@@ -301,31 +320,13 @@ func (e *nodeEnv) eventSummary(p *corev1.Pod) string {
 	return strings.Join(out, " | ")
 }
 
-// pulls counts the successful requests the registries answered for
-// repository paths under image's repository: a verification at the
-// registry fetches the manifest (2xx); a re-use from the node makes none.
-// Failed attempts (401s of pods without credentials) do not count.
-func pulls(t *testing.T, image string) int {
+// runCounting runs the pod to Running and returns it with the number of
+// verifications of image at its registry meanwhile (verificationsDuring).
+func (e *nodeEnv) runCounting(t *testing.T, s podSpec, image string) (*corev1.Pod, int) {
 	t.Helper()
-	addr, rest, _ := strings.Cut(image, "/")
-	repo := rest
-	if i := strings.LastIndexAny(repo, ":@"); i > 0 {
-		repo = repo[:i]
-	}
-	reqs, err := testRig.RegistryRequests()
-	if addr == testRig.AnonRegistry {
-		reqs, err = testRig.AnonRegistryRequests()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, r := range reqs {
-		if strings.HasPrefix(r.Path, "/v2/"+repo+"/manifests/") && r.Status/100 == 2 {
-			n++
-		}
-	}
-	return n
+	var p *corev1.Pod
+	n := verificationsDuring(t, image, func() { p = e.waitRunning(t, e.run(t, s)) })
+	return p, n
 }
 
 // waitGone waits until the pods are deleted.

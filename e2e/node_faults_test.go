@@ -15,7 +15,19 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
+// The scenarios of a proxy that fails: killed during pulls, and with its
+// database full.
+
+var restartsScenario = nodeScenario{
+	name:   "proxy restarted and kill -9'd during pulls",
+	images: []string{privateImage, "kill/app:v1"},
+	run:    (*nodeEnv).scenarioRestarts,
+}
+
+// scenarioRestarts: the proxy killed while the kubelet starts pods; scenario
+// 1's pod runs on undisturbed, and what scenario 1 verified holds.
 func (e *nodeEnv) scenarioRestarts(t *testing.T) {
+	kill := e.image("kill/app:v1")
 	ctx := context.Background()
 	steady, err := e.k.Admin.CoreV1().Pods(e.nsA).Get(ctx, "secret", metav1.GetOptions{})
 	if err != nil || len(steady.Status.ContainerStatuses) != 1 {
@@ -23,9 +35,9 @@ func (e *nodeEnv) scenarioRestarts(t *testing.T) {
 	}
 	steadyID := steady.Status.ContainerStatuses[0].ContainerID
 
-	k1 := e.run(t, podSpec{ns: e.nsA, name: "kill-1", image: e.kill, policy: corev1.PullIfNotPresent, secret: "regcred"})
-	k2 := e.run(t, podSpec{ns: e.nsA, name: "kill-2", image: e.kill, policy: corev1.PullIfNotPresent, secret: "regcred"})
-	kb := e.run(t, podSpec{ns: e.nsB, name: "kill-b", image: e.kill, policy: corev1.PullIfNotPresent})
+	k1 := e.run(t, podSpec{ns: e.nsA, name: "kill-1", image: kill, policy: corev1.PullIfNotPresent, secret: "regcred"})
+	k2 := e.run(t, podSpec{ns: e.nsA, name: "kill-2", image: kill, policy: corev1.PullIfNotPresent, secret: "regcred"})
+	kb := e.run(t, podSpec{ns: e.nsB, name: "kill-b", image: kill, policy: corev1.PullIfNotPresent})
 	// SIGKILL three times while the kubelet starts them, then a graceful
 	// restart.
 	for i := range 3 {
@@ -46,14 +58,19 @@ func (e *nodeEnv) scenarioRestarts(t *testing.T) {
 		t.Errorf("scenario 1's running pod was disturbed: %s", containerState(steady))
 	}
 	// What was verified before the kills still holds, and nobody else gets in.
-	before := pulls(t, e.private)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "after-kills", image: e.private, policy: corev1.PullIfNotPresent, secret: "regcred"}))
-	if n := pulls(t, e.private) - before; n != 0 {
+	private := e.image(privateImage)
+	if _, n := e.runCounting(t, podSpec{ns: e.nsA, name: "after-kills", image: private, policy: corev1.PullIfNotPresent, secret: "regcred"}, private); n != 0 {
 		t.Errorf("%d registry requests for A's verified image after the restarts, want 0", n)
 	}
-	never := e.run(t, podSpec{ns: e.nsB, name: "kill-never", image: e.kill, policy: corev1.PullNever})
+	never := e.run(t, podSpec{ns: e.nsB, name: "kill-never", image: kill, policy: corev1.PullNever})
 	e.waitWaiting(t, never, "ErrImageNeverPull")
 	e.neverRan(t, never)
+}
+
+var fullDatabaseScenario = nodeScenario{
+	name:   "the database full: A's record cannot be written; B's pods never run",
+	images: []string{publicImage, privateImage, "full/app:v1"},
+	run:    (*nodeEnv).scenarioFullDatabase,
 }
 
 // scenarioFullDatabase: the proxy's database fills up (a 1 MiB tmpfs,
@@ -64,6 +81,7 @@ func (e *nodeEnv) scenarioRestarts(t *testing.T) {
 // the disk fills: then bbolt has room for the small intent and not for the
 // record (measured), the case that matters, as the image is on the node.
 func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
+	full := e.image("full/app:v1")
 	ctx := context.Background()
 	dir := filepath.Join(testRig.Dir, "full-db-"+e.v.id)
 	os.MkdirAll(dir, 0o700)
@@ -85,13 +103,13 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 	}
 	useDB(filepath.Join(dir, "ensure.db"))
 	defer useDB(origDB)
-	mustCrictl(t, e.proxy.ep, "pull", e.public)
-	mustCrictl(t, e.proxy.ep, "pull", "--creds", "alice:"+rig.Users["alice"], e.private)
+	mustCrictl(t, e.proxy.ep, "pull", e.anonymous(publicImage))
+	mustCrictl(t, e.proxy.ep, "pull", "--creds", "alice:"+rig.Users["alice"], e.image(privateImage))
 	filler := filepath.Join(dir, "filler")
 	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").Run() // ends with ENOSPC, as meant
 	defer os.Remove(filler)
 
-	a := e.run(t, podSpec{ns: e.nsA, name: "full-a", image: e.full, policy: corev1.PullIfNotPresent, secret: "regcred"})
+	a := e.run(t, podSpec{ns: e.nsA, name: "full-a", image: full, policy: corev1.PullIfNotPresent, secret: "regcred"})
 	a = e.waitFor(t, a, "Running, or failing its pull", 3*time.Minute, func(p *corev1.Pod) bool {
 		if len(p.Status.ContainerStatuses) != 1 {
 			return false
@@ -107,8 +125,8 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 	}
 	t.Logf("A: %s (record write failed: %v, intent write failed: %v)", containerState(a), recordFailed, intentFailed)
 
-	bare := e.run(t, podSpec{ns: e.nsB, name: "full-b", image: e.full, policy: corev1.PullIfNotPresent})
-	never := e.run(t, podSpec{ns: e.nsB, name: "full-b-never", image: e.full, policy: corev1.PullNever})
+	bare := e.run(t, podSpec{ns: e.nsB, name: "full-b", image: full, policy: corev1.PullIfNotPresent})
+	never := e.run(t, podSpec{ns: e.nsB, name: "full-b-never", image: full, policy: corev1.PullNever})
 	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
 	e.waitWaiting(t, never, "ErrImageNeverPull")
 	e.neverRan(t, bare)

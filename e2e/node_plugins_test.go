@@ -9,41 +9,55 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// The scenarios of the proxy's credential plugins (nodePlugins): the
+// node-wide one, and the token plugin with service accounts.
+
+var pluginScenario = nodeScenario{
+	name:   "proxy plugin credentials (node-wide): Running",
+	images: []string{pluginImage},
+	run:    (*nodeEnv).scenarioPlugin,
+}
+
 func (e *nodeEnv) scenarioPlugin(t *testing.T) {
-	before := pulls(t, e.byPlugin)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "plugin-1", image: e.byPlugin, policy: corev1.PullIfNotPresent}))
-	if pulls(t, e.byPlugin) == before {
+	image := e.image(pluginImage)
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "plugin-1", image: image, policy: corev1.PullIfNotPresent}, image); n == 0 {
 		t.Errorf("the image came without a registry request")
 	}
 	if e.plugins.runs("node-creds") == 0 {
 		t.Errorf("the proxy's plugin never ran")
 	}
-	before = pulls(t, e.byPlugin)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "plugin-2", image: e.byPlugin, policy: corev1.PullIfNotPresent}))
-	if n := pulls(t, e.byPlugin) - before; n != 0 {
+	if _, n := e.runCounting(t, podSpec{ns: e.nsA, name: "plugin-2", image: image, policy: corev1.PullIfNotPresent}, image); n != 0 {
 		t.Errorf("%d registry requests for an image pulled with node-wide credentials, want 0", n)
 	}
 }
 
+var serviceAccountScenario = nodeScenario{
+	name:   "token plugin: SA verified once, another SA verifies",
+	images: []string{tokenImage},
+	run:    (*nodeEnv).scenarioServiceAccount,
+}
+
 func (e *nodeEnv) scenarioServiceAccount(t *testing.T) {
-	before := pulls(t, e.bySA)
-	a1 := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "sa-1", image: e.bySA, policy: corev1.PullIfNotPresent, account: "builder"}))
-	if pulls(t, e.bySA) == before {
+	image := e.image(tokenImage)
+	a1, n := e.runCounting(t, podSpec{ns: e.nsA, name: "sa-1", image: image, policy: corev1.PullIfNotPresent, account: "builder"}, image)
+	if n == 0 {
 		t.Errorf("the image came without a registry request")
 	}
 	if c := e.plugins.claims(t); len(c) == 0 || c[0]["podUID"] != string(a1.UID) || fmt.Sprint(c[0]["audience"]) != "["+nodeAudience+"]" {
 		t.Errorf("the token plugin saw %v", c)
 	}
-	before = pulls(t, e.bySA)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "sa-2", image: e.bySA, policy: corev1.PullIfNotPresent, account: "builder"}))
-	if pulls(t, e.bySA) == before {
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "sa-2", image: image, policy: corev1.PullIfNotPresent, account: "builder"}, image); n == 0 {
 		t.Errorf("another service account used the image without verifying")
 	}
-	before = pulls(t, e.bySA)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "sa-3", image: e.bySA, policy: corev1.PullIfNotPresent, account: "builder"}))
-	if n := pulls(t, e.bySA) - before; n != 0 {
+	if _, n := e.runCounting(t, podSpec{ns: e.nsA, name: "sa-3", image: image, policy: corev1.PullIfNotPresent, account: "builder"}, image); n != 0 {
 		t.Errorf("%d registry requests for the same service account, want 0", n)
 	}
+}
+
+var roleRemovedScenario = nodeScenario{
+	name:   "the token plugin's required annotation removed from A's account: its new pod must pull, and cannot",
+	images: []string{tokenImage},
+	run:    (*nodeEnv).scenarioRoleRemoved,
 }
 
 // scenarioRoleRemoved: removing the annotation the token plugin requires
@@ -73,7 +87,7 @@ func (e *nodeEnv) scenarioRoleRemoved(t *testing.T) {
 			t.Errorf("restoring the role: %v", err)
 		}
 	}()
-	p := e.run(t, podSpec{ns: e.nsA, name: "sa-no-role", image: e.bySA, policy: corev1.PullIfNotPresent, account: "builder"})
+	p := e.run(t, podSpec{ns: e.nsA, name: "sa-no-role", image: e.image(tokenImage), policy: corev1.PullIfNotPresent, account: "builder"})
 	e.waitWaiting(t, p, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, p)
 	t.Logf("without its role: %s", e.eventSummary(p))

@@ -14,10 +14,20 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
+// The scenarios of pull secrets and pull policies: tenant A's private image
+// pulled with its secret, then tried by tenant B without one, with its
+// own, and after A's secret changed; a public image; a moved tag.
+
+var secretScenario = nodeScenario{
+	name:   "A, pull secret: Running",
+	images: []string{privateImage},
+	run:    (*nodeEnv).scenarioSecret,
+}
+
 func (e *nodeEnv) scenarioSecret(t *testing.T) {
-	before := pulls(t, e.private)
-	p := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "secret", image: e.private, policy: corev1.PullIfNotPresent, secret: "regcred"}))
-	if pulls(t, e.private) == before {
+	private := e.image(privateImage)
+	p, n := e.runCounting(t, podSpec{ns: e.nsA, name: "secret", image: private, policy: corev1.PullIfNotPresent, secret: "regcred"}, private)
+	if n == 0 {
 		t.Errorf("the image came without a registry request")
 	}
 	if !e.hasEvent(p, "Pulled", "") {
@@ -29,17 +39,25 @@ func (e *nodeEnv) scenarioSecret(t *testing.T) {
 	t.Logf("events: %s", e.eventSummary(p))
 }
 
+var noSecretScenario = nodeScenario{
+	name:   "B, no secret: ErrImagePull; Never: ErrImageNeverPull; CreateContainer refused",
+	images: []string{privateImage},
+	run:    (*nodeEnv).scenarioNoSecret,
+}
+
+// scenarioNoSecret: B tries A's image, pulled in scenario 1.
 func (e *nodeEnv) scenarioNoSecret(t *testing.T) {
 	ctx := context.Background()
-	bare := e.run(t, podSpec{ns: e.nsB, name: "no-secret", image: e.private, policy: corev1.PullIfNotPresent})
+	private := e.image(privateImage)
+	bare := e.run(t, podSpec{ns: e.nsB, name: "no-secret", image: private, policy: corev1.PullIfNotPresent})
 	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, bare)
-	if refusal := registryRefusal(t, e.private, nil); !e.hasEvent(bare, "Failed", refusal) {
+	if refusal := registryRefusal(t, private, nil); !e.hasEvent(bare, "Failed", refusal) {
 		t.Errorf("no Failed event with the registry's refusal %q: %s", refusal, e.eventSummary(bare))
 	}
 	t.Logf("without a secret: %s", e.eventSummary(bare))
 
-	never := e.run(t, podSpec{ns: e.nsB, name: "never", image: e.private, policy: corev1.PullNever})
+	never := e.run(t, podSpec{ns: e.nsB, name: "never", image: private, policy: corev1.PullNever})
 	e.waitWaiting(t, never, "ErrImageNeverPull")
 	e.neverRan(t, never)
 	if !e.hasEvent(never, "ErrImageNeverPull", "") {
@@ -56,7 +74,7 @@ func (e *nodeEnv) scenarioNoSecret(t *testing.T) {
 	})
 	podID := strings.TrimSpace(mustCrictl(t, e.proxy.ep, "runp", cfg))
 	defer func() { crictl(t, e.proxy.ep, "stopp", podID); crictl(t, e.proxy.ep, "rmp", podID) }()
-	r := crictl(t, e.proxy.ep, "create", podID, containerConfig(t, e.v.id+"-never-ctr", e.private, "true"), cfg)
+	r := crictl(t, e.proxy.ep, "create", podID, containerConfig(t, e.v.id+"-never-ctr", private, "true"), cfg)
 	if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") {
 		t.Errorf("CreateContainer for the Never pod by another route: %v\n%s", r.Err, fatalMessage(r.Stderr))
 	}
@@ -70,15 +88,20 @@ func (e *nodeEnv) scenarioNoSecret(t *testing.T) {
 	e.waitGone(t, bare, never)
 }
 
+var ownSecretScenario = nodeScenario{
+	name:   "B, own valid secret: one registry round trip, then none",
+	images: []string{privateImage},
+	run:    (*nodeEnv).scenarioOwnSecret,
+}
+
+// scenarioOwnSecret: B with its own secret for A's image, pulled in
+// scenario 1.
 func (e *nodeEnv) scenarioOwnSecret(t *testing.T) {
-	before := pulls(t, e.private)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "own-1", image: e.private, policy: corev1.PullIfNotPresent, secret: "own"}))
-	if pulls(t, e.private) == before {
+	private := e.image(privateImage)
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "own-1", image: private, policy: corev1.PullIfNotPresent, secret: "own"}, private); n == 0 {
 		t.Errorf("B's own secret was not checked at the registry")
 	}
-	before = pulls(t, e.private)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "own-2", image: e.private, policy: corev1.PullIfNotPresent, secret: "own"}))
-	if n := pulls(t, e.private) - before; n != 0 {
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "own-2", image: private, policy: corev1.PullIfNotPresent, secret: "own"}, private); n != 0 {
 		t.Errorf("%d registry requests for a second pod with a verified secret, want 0", n)
 	}
 	if e.v.gates["KubeletEnsureSecretPulledImages"] {
@@ -93,33 +116,50 @@ func (e *nodeEnv) scenarioOwnSecret(t *testing.T) {
 	}
 }
 
+var publicScenario = nodeScenario{
+	name:   "public image: Running everywhere, never re-verified",
+	images: []string{publicImage},
+	run:    (*nodeEnv).scenarioPublic,
+}
+
 func (e *nodeEnv) scenarioPublic(t *testing.T) {
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "public-1", image: e.public, policy: corev1.PullIfNotPresent}))
-	before := pulls(t, e.public)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "public-2", image: e.public, policy: corev1.PullIfNotPresent}))
-	if n := pulls(t, e.public) - before; n != 0 {
+	public := e.anonymous(publicImage)
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "public-1", image: public, policy: corev1.PullIfNotPresent}))
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "public-2", image: public, policy: corev1.PullIfNotPresent}, public); n != 0 {
 		t.Errorf("%d registry requests for a public image already on the node, want 0", n)
 	}
 }
 
+var alwaysScenario = nodeScenario{
+	name: "Always pulls a moved tag",
+	run:  (*nodeEnv).scenarioAlways, // it pushes its image, twice
+}
+
 func (e *nodeEnv) scenarioAlways(t *testing.T) {
-	ref := strings.TrimPrefix(e.moving, testRig.Registry+"/")
+	const path = "moving:latest"
+	ref, moving := e.repository()+"/"+path, e.image(path)
 	d1, err := testRig.PushBusybox(ref, e.v.id+" first")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1 := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "always-1", image: e.moving, policy: corev1.PullAlways, secret: "regcred"}))
+	p1 := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "always-1", image: moving, policy: corev1.PullAlways, secret: "regcred"}))
 	d2, err := testRig.PushBusybox(ref, e.v.id+" second")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2 := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "always-2", image: e.moving, policy: corev1.PullAlways, secret: "regcred"}))
+	p2 := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "always-2", image: moving, policy: corev1.PullAlways, secret: "regcred"}))
 	if got := p1.Status.ContainerStatuses[0].ImageID; !strings.HasSuffix(got, d1) {
 		t.Errorf("the first pod runs %s, want %s", got, d1)
 	}
 	if got := p2.Status.ContainerStatuses[0].ImageID; !strings.HasSuffix(got, d2) {
 		t.Errorf("after the tag moved, the Always pod runs %s, want %s", got, d2)
 	}
+}
+
+var rotatedSecretScenario = nodeScenario{
+	name:   "A's pull secret rotated (same secret, new password): Running with no registry request",
+	images: []string{privateImage},
+	run:    (*nodeEnv).scenarioRotatedSecret,
 }
 
 // scenarioRotatedSecret: tenant A rotates its pull secret in place (same
@@ -143,9 +183,8 @@ func (e *nodeEnv) scenarioRotatedSecret(t *testing.T) {
 	}
 	setCredential("user")
 	defer setCredential("alice")
-	before := pulls(t, e.private)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "rotated", image: e.private, policy: corev1.PullIfNotPresent, secret: "regcred"}))
-	if n := pulls(t, e.private) - before; n != 0 {
+	private := e.image(privateImage)
+	if _, n := e.runCounting(t, podSpec{ns: e.nsA, name: "rotated", image: private, policy: corev1.PullIfNotPresent, secret: "regcred"}, private); n != 0 {
 		t.Errorf("%d registry requests for a pod of the rotated secret, want 0", n)
 	}
 }

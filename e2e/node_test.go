@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -42,90 +41,165 @@ var kubeletVariants = []kubeletVariant{
 // may request it through token-audiences.yaml.
 const nodeAudience = "registry.node.test"
 
+// A nodeScenario is one row of the node result table. It runs on each
+// kubelet in turn, on that kubelet's node, after the scenarios before it in
+// nodeScenarios: a scenario may use what an earlier one left there (the
+// pod or the pull of scenario 1, say), and its comment says so.
+type nodeScenario struct {
+	// name is the row's text; its number is its place in nodeScenarios.
+	name string
+	// needs are what the kubelet and the runtime must offer; where one is
+	// missing, the scenario is n/a.
+	needs []nodeNeed
+	// images are the images it pulls, as paths under the kubelet's
+	// repository (e.image(path) is the reference): they are pushed for each
+	// kubelet before it starts, so that no kubelet has seen them. Images
+	// the scenario pushes itself, as part of what it tests, are not here.
+	images []string
+	run    func(e *nodeEnv, t *testing.T)
+}
+
+// nodeScenarios are the node scenarios in the order they run on each
+// kubelet. A scenario's number, in the result table and in the docs ("node
+// scenario 15"), is its place here: a new one goes at the end. A scenario
+// is a nodeScenario value in the file of its theme (node_*_test.go), its
+// run a method of nodeEnv beside it; nodeEnv (node_env_test.go) has the
+// node, the tenants and the pod helpers.
+var nodeScenarios = []nodeScenario{
+	secretScenario,          // 1, node_secrets_test.go
+	noSecretScenario,        // 2
+	ownSecretScenario,       // 3
+	publicScenario,          // 4
+	pluginScenario,          // 5, node_plugins_test.go
+	serviceAccountScenario,  // 6
+	restartsScenario,        // 7, node_faults_test.go
+	alwaysScenario,          // 8, node_secrets_test.go
+	controlScenario,         // 9, node_control_test.go
+	volumeNoSecretScenario,  // 10, node_volumes_test.go
+	volumeOwnSecretScenario, // 11
+	volumeCrictlScenario,    // 12
+	roleRemovedScenario,     // 13, node_plugins_test.go
+	rotatedSecretScenario,   // 14, node_secrets_test.go
+	fullDatabaseScenario,    // 15, node_faults_test.go
+	nodeIdentityScenario,    // 16, node_identity_test.go
+	doctorScenario,          // 17
+	daemonSetScenario,       // 18, node_daemonset_test.go
+	kubeletFormatScenario,   // 19, node_records_test.go
+}
+
+// title is the scenario's subtest name and row: its number, then its name.
+func (sc nodeScenario) title(i int) string { return fmt.Sprintf("%d. %s", i+1, sc.name) }
+
+// missing says what of its needs v lacks ("" when it has them all).
+func (sc nodeScenario) missing(v kubeletVariant) string {
+	for _, need := range sc.needs {
+		if why := need(v); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// A nodeNeed is what a scenario needs of a kubelet or the runtime: it
+// says why v lacks it, or "".
+type nodeNeed func(v kubeletVariant) string
+
+// imageVolumes: KEP-4639, beta and on by default from kubelet 1.35 (the
+// old kubelet has it alpha and off) and containerd 2.1.
+func imageVolumes(v kubeletVariant) string {
+	if v.version == kuberig.OldKubeVersion {
+		return fmt.Sprintf("kubelet %s has no image volumes (ImageVolume alpha, off)", v.version)
+	}
+	if testRig.Runtime.Legacy() {
+		return fmt.Sprintf("%s has no image volumes (containerd 2.1+)", testRig.Runtime.Name)
+	}
+	return ""
+}
+
+// kubeletRecords: the kubelet keeps KEP-2535 records of its own.
+func kubeletRecords(v kubeletVariant) string {
+	if !v.gates["KubeletEnsureSecretPulledImages"] {
+		return "this kubelet keeps no KEP-2535 records"
+	}
+	return ""
+}
+
 // nodeResults is the scenario x kubelet table the node tests print.
 type nodeResults struct {
-	runtime   string
-	mu        sync.Mutex
-	scenarios []string
-	result    map[[2]string]string
+	runtime string
+	mu      sync.Mutex
+	result  map[[2]int]string // [scenario, kubelet variant]: pass, **FAIL** or n/a
 }
 
-func (r *nodeResults) set(scenario, variant, result string) {
+func (r *nodeResults) set(scenario, variant int, result string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !slices.Contains(r.scenarios, scenario) {
-		r.scenarios = append(r.scenarios, scenario)
-	}
-	r.result[[2]string{scenario, variant}] = result
+	r.result[[2]int{scenario, variant}] = result
 }
 
+// markdown is the table: a row for each scenario that ran on some kubelet.
 func (r *nodeResults) markdown() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var b strings.Builder
 	b.WriteString("| runtime | scenario |")
 	for _, v := range kubeletVariants {
 		b.WriteString(" kubelet " + v.name + " |")
 	}
 	b.WriteString("\n|---|---|" + strings.Repeat("---|", len(kubeletVariants)) + "\n")
-	sort.SliceStable(r.scenarios, func(i, j int) bool { return scenarioNumber(r.scenarios[i]) < scenarioNumber(r.scenarios[j]) })
-	for _, s := range r.scenarios {
-		b.WriteString("| " + r.runtime + " | " + s + " |")
-		for _, v := range kubeletVariants {
-			res := r.result[[2]string{s, v.name}]
-			if res == "" {
+	for i, sc := range nodeScenarios {
+		row := []string{r.runtime, sc.title(i)}
+		ran := false
+		for j := range kubeletVariants {
+			res, ok := r.result[[2]int{i, j}]
+			if !ok {
 				res = "not run"
 			}
-			b.WriteString(" " + res + " |")
+			ran = ran || ok
+			row = append(row, res)
 		}
-		b.WriteString("\n")
+		if ran {
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		}
 	}
 	return b.String()
 }
 
 func TestNode(t *testing.T) {
 	k := needKube(t) // it grants the nodes nodeAudience too
-	results := &nodeResults{runtime: testRig.Runtime.Name, result: map[[2]string]string{}}
+	results := &nodeResults{runtime: testRig.Runtime.Name, result: map[[2]int]string{}}
 	t.Cleanup(func() {
 		table := results.markdown()
 		fmt.Printf("\nNode end-to-end results (scenario x kubelet, on %s):\n\n%s\n", testRig.Runtime.Name, table)
 		os.MkdirAll("../_output", 0o755)
 		os.WriteFile("../_output/e2e-node-containerd-"+testRig.Runtime.Line+".md", []byte(table), 0o644)
 	})
-	for _, v := range kubeletVariants {
-		t.Run(v.name, func(t *testing.T) { runNodeScenarios(t, k, v, results) })
+	for j, v := range kubeletVariants {
+		t.Run(v.name, func(t *testing.T) { runNodeScenarios(t, k, j, results) })
 	}
 }
 
-func runNodeScenarios(t *testing.T, k *kuberig.Kube, v kubeletVariant, results *nodeResults) {
-	e := newNodeEnv(t, k, v)
-	for _, sc := range []struct {
-		name string
-		run  func(*testing.T)
-	}{
-		{"1. A, pull secret: Running", e.scenarioSecret},
-		{"2. B, no secret: ErrImagePull; Never: ErrImageNeverPull; CreateContainer refused", e.scenarioNoSecret},
-		{"3. B, own valid secret: one registry round trip, then none", e.scenarioOwnSecret},
-		{"4. public image: Running everywhere, never re-verified", e.scenarioPublic},
-		{"5. proxy plugin credentials (node-wide): Running", e.scenarioPlugin},
-		{"6. token plugin: SA verified once, another SA verifies", e.scenarioServiceAccount},
-		{"7. proxy restarted and kill -9'd during pulls", e.scenarioRestarts},
-		{"8. Always pulls a moved tag", e.scenarioAlways},
-		{"9. control, the proxy not enforcing: B without a secret runs A's image unless the kubelet enforces", e.scenarioControl},
-		{"10. B's image volume of A's image, no secret: ErrImagePull; Never: ErrImageNeverPull; never started", e.scenarioVolumeNoSecret},
-		{"11. B's image volume with its own valid secret: Running, then re-used with no registry request", e.scenarioVolumeOwnSecret},
-		{"12. crictl create with an image mount of a hidden image: refused", e.scenarioVolumeCrictl},
-		{"13. the token plugin's required annotation removed from A's account: its new pod must pull, and cannot", e.scenarioRoleRemoved},
-		{"14. A's pull secret rotated (same secret, new password): Running with no registry request", e.scenarioRotatedSecret},
-		{"15. the database full: A's record cannot be written; B's pods never run", e.scenarioFullDatabase},
-		{"16. the proxy's identity is the node's: no secret, account or token of a pod on another node; told from the kubelet in the audit log", e.scenarioNodeIdentity},
-		{"17. doctor: the kubelet's endpoints are the proxy's socket and it called just now; a proxy on another socket is reported bypassed", e.scenarioDoctor},
-		{"18. the DaemonSet, from the image hack/image built: Ready under the kubelet; serves its host socket, plugin and records; gone with its pod", e.scenarioDaemonSet},
-		{"19. records in the kubelet's format: its records imported (secrets left behind); the proxy's exported and honoured by the kubelet alone", e.scenarioKubeletFormat},
-	} {
+// runNodeScenarios starts the node of kubeletVariants[j], with the images
+// of the scenarios it can run, and runs every scenario on it in order.
+func runNodeScenarios(t *testing.T, k *kuberig.Kube, j int, results *nodeResults) {
+	v := kubeletVariants[j]
+	var images []string
+	for _, sc := range nodeScenarios {
+		if sc.missing(v) == "" {
+			images = append(images, sc.images...)
+		}
+	}
+	slices.Sort(images)
+	e := newNodeEnv(t, k, v, slices.Compact(images))
+	for i, sc := range nodeScenarios {
 		ran, skipped := false, false
-		ok := t.Run(sc.name, func(t *testing.T) {
+		ok := t.Run(sc.title(i), func(t *testing.T) {
 			ran = true
 			defer func() { skipped = t.Skipped() }()
-			sc.run(t)
+			if why := sc.missing(v); why != "" {
+				t.Skip("n/a: " + why)
+			}
+			sc.run(e, t)
 		})
 		if !ran { // left out by -run
 			continue
@@ -137,13 +211,6 @@ func runNodeScenarios(t *testing.T, k *kuberig.Kube, v kubeletVariant, results *
 		case skipped:
 			res = "n/a"
 		}
-		results.set(sc.name, v.name, res)
+		results.set(i, j, res)
 	}
-}
-
-// scenarioNumber is the number a scenario's name starts with.
-func scenarioNumber(name string) int {
-	n := 0
-	fmt.Sscanf(name, "%d.", &n)
-	return n
 }

@@ -8,20 +8,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
-// needImageVolumes skips on a kubelet without image volumes (KEP-4639:
-// beta and on by default from 1.35; the old kubelet has it alpha and off).
-func (e *nodeEnv) needImageVolumes(t *testing.T) {
-	t.Helper()
-	if e.v.version == kuberig.OldKubeVersion {
-		t.Skipf("SKIPPED: kubelet %s has no image volumes (ImageVolume alpha, off)", e.v.version)
-	}
-	if testRig.Runtime.Legacy() {
-		t.Skipf("SKIPPED: %s has no image volumes (containerd 2.1+)", testRig.Runtime.Name)
-	}
+// The scenarios of image volumes (KEP-4639): an image mounted into a
+// container is an image the pod uses, decided as its own.
+
+var volumeNoSecretScenario = nodeScenario{
+	name:   "B's image volume of A's image, no secret: ErrImagePull; Never: ErrImageNeverPull; never started",
+	needs:  []nodeNeed{imageVolumes},
+	images: []string{publicImage, privateImage},
+	run:    (*nodeEnv).scenarioVolumeNoSecret,
 }
 
 // scenarioVolumeNoSecret: tenant B mounts tenant A's private image (pulled
@@ -30,14 +26,14 @@ func (e *nodeEnv) needImageVolumes(t *testing.T) {
 // or it refuses (Never); B's container never starts, so it never reads a
 // file of A's image.
 func (e *nodeEnv) scenarioVolumeNoSecret(t *testing.T) {
-	e.needImageVolumes(t)
-	bare := e.run(t, podSpec{ns: e.nsB, name: "vol-no-secret", image: e.public, policy: corev1.PullIfNotPresent,
-		volumeImage: e.private, volumePolicy: corev1.PullIfNotPresent})
+	public, private := e.anonymous(publicImage), e.image(privateImage)
+	bare := e.run(t, podSpec{ns: e.nsB, name: "vol-no-secret", image: public, policy: corev1.PullIfNotPresent,
+		volumeImage: private, volumePolicy: corev1.PullIfNotPresent})
 	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, bare)
 	t.Logf("volume without a secret: %s", e.eventSummary(bare))
-	never := e.run(t, podSpec{ns: e.nsB, name: "vol-never", image: e.public, policy: corev1.PullIfNotPresent,
-		volumeImage: e.private, volumePolicy: corev1.PullNever})
+	never := e.run(t, podSpec{ns: e.nsB, name: "vol-never", image: public, policy: corev1.PullIfNotPresent,
+		volumeImage: private, volumePolicy: corev1.PullNever})
 	e.waitWaiting(t, never, "ErrImageNeverPull")
 	e.neverRan(t, never)
 	t.Logf("volume, Never: %s", e.eventSummary(never))
@@ -48,39 +44,42 @@ func (e *nodeEnv) scenarioVolumeNoSecret(t *testing.T) {
 	e.waitGone(t, bare, never)
 }
 
+var volumeOwnSecretScenario = nodeScenario{
+	name:   "B's image volume with its own valid secret: Running, then re-used with no registry request",
+	needs:  []nodeNeed{imageVolumes},
+	images: []string{publicImage, "volume:v1"},
+	run:    (*nodeEnv).scenarioVolumeOwnSecret,
+}
+
 // scenarioVolumeOwnSecret: B's own valid secret verifies the image volume
 // at the registry once; a second pod with that secret re-uses it from the
 // node.
 func (e *nodeEnv) scenarioVolumeOwnSecret(t *testing.T) {
-	e.needImageVolumes(t)
-	img := strings.TrimPrefix(e.private, testRig.Registry+"/")
-	img = strings.Replace(img, "/private:", "/volume:", 1)
-	if _, err := testRig.PushBusybox(img, e.v.id+" volume"); err != nil {
-		t.Fatal(err)
-	}
-	vol := testRig.Registry + "/" + img
+	public, vol := e.anonymous(publicImage), e.image("volume:v1")
 	// A pulls it first with its secret, so that it is a private image on
 	// the node when B comes.
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "vol-a", image: e.public, policy: corev1.PullIfNotPresent, secret: "regcred",
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "vol-a", image: public, policy: corev1.PullIfNotPresent, secret: "regcred",
 		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}))
-	before := pulls(t, vol)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "vol-own-1", image: e.public, policy: corev1.PullIfNotPresent, secret: "own",
-		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}))
-	if pulls(t, vol) == before {
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "vol-own-1", image: public, policy: corev1.PullIfNotPresent, secret: "own",
+		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}, vol); n == 0 {
 		t.Errorf("B's own secret was not checked at the registry for the volume")
 	}
-	before = pulls(t, vol)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "vol-own-2", image: e.public, policy: corev1.PullIfNotPresent, secret: "own",
-		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}))
-	if n := pulls(t, vol) - before; n != 0 {
+	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "vol-own-2", image: public, policy: corev1.PullIfNotPresent, secret: "own",
+		volumeImage: vol, volumePolicy: corev1.PullIfNotPresent}, vol); n != 0 {
 		t.Errorf("%d registry requests for a second volume pod with a verified secret, want 0", n)
 	}
+}
+
+var volumeCrictlScenario = nodeScenario{
+	name:   "crictl create with an image mount of a hidden image: refused",
+	needs:  []nodeNeed{imageVolumes},
+	images: []string{publicImage, privateImage},
+	run:    (*nodeEnv).scenarioVolumeCrictl,
 }
 
 // scenarioVolumeCrictl: the same image mount made with crictl through the
 // proxy, in a sandbox of B's identity, is refused at CreateContainer.
 func (e *nodeEnv) scenarioVolumeCrictl(t *testing.T) {
-	e.needImageVolumes(t)
 	cfg := writeJSON(t, e.v.id+"-vol-sandbox.json", map[string]any{
 		"metadata":      map[string]any{"name": "vol-crictl", "namespace": e.nsB, "uid": e.v.id + "-vol-crictl", "attempt": 1},
 		"log_directory": filepath.Join(testRig.Dir, "pod-logs", e.v.id+"-vol-crictl"),
@@ -88,7 +87,7 @@ func (e *nodeEnv) scenarioVolumeCrictl(t *testing.T) {
 	})
 	podID := strings.TrimSpace(mustCrictl(t, e.proxy.ep, "runp", cfg))
 	defer func() { crictl(t, e.proxy.ep, "stopp", podID); crictl(t, e.proxy.ep, "rmp", podID) }()
-	r := crictl(t, e.proxy.ep, "create", podID, mountConfig(t, e.v.id+"-vol-crictl", e.public, e.private), cfg)
+	r := crictl(t, e.proxy.ep, "create", podID, mountConfig(t, e.v.id+"-vol-crictl", e.anonymous(publicImage), e.image(privateImage)), cfg)
 	if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") {
 		t.Errorf("crictl create with an image mount of a hidden image: %v\n%s", r.Err, fatalMessage(r.Stderr))
 	}
