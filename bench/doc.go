@@ -8,6 +8,13 @@
 // within a round and their median reported, which keeps the noise of a
 // shared 2-core machine out of the comparison.
 //
+// The bench is a list of measurements (measurements.go), run in order: the
+// scenarios, each of arms measured side by side, then the Go runtime
+// settings, the fleet and pod start. Each names what it needs of the
+// environment beyond containerd and the pass-through proxy (the injection
+// proxies, the ensure proxies, a kube-apiserver); -only NAME keeps those
+// whose name contains NAME, and only what they need is set up.
+//
 // CPU per call is read from the kernel's per-process CPU clocks
 // (CLOCK_PROCESS_CPUTIME of another pid), in nanoseconds, over all threads.
 // The floor for a pass-through proxy is a bare gRPC server (a separate
