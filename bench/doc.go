@@ -1,5 +1,5 @@
 // Command bench measures the proxy against the direct path, side by side in
-// one run, on real components: containerd from the rig (package e2e/rig)
+// one run, on real components: containerd from the rig (package internal/rig)
 // and the cri-image-proxy binary as a separate process. It is run by
 // `make bench` (root).
 //
@@ -7,6 +7,13 @@
 // runs every arm once, back to back, in a rotating order; ratios are taken
 // within a round and their median reported, which keeps the noise of a
 // shared 2-core machine out of the comparison.
+//
+// The bench is a list of measurements (measurements.go), run in order: the
+// scenarios, each of arms measured side by side, then the Go runtime
+// settings, the fleet and pod start. Each names what it needs of the
+// environment beyond containerd and the pass-through proxy (the injection
+// proxies, the ensure proxies, a kube-apiserver); -only NAME keeps those
+// whose name contains NAME, and only what they need is set up.
 //
 // CPU per call is read from the kernel's per-process CPU clocks
 // (CLOCK_PROCESS_CPUTIME of another pid), in nanoseconds, over all threads.

@@ -14,10 +14,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // ensureEnv is what the ensure scenarios need: two proxies enforcing
@@ -105,7 +105,7 @@ func (e *benchEnv) setUpEnsure() error {
 		}
 		for _, img := range []string{ee.private, ee.remote} {
 			if _, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: img},
-				Auth: &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}}); err != nil {
+				Auth: aliceAuth}); err != nil {
 				return fmt.Errorf("%s: pull %s: %w", v.name, img, err)
 			}
 		}
@@ -151,68 +151,99 @@ func hiddenCall(cc *grpc.ClientConn, image string) call {
 	}
 }
 
-func (e *benchEnv) ensureScenarios() []scenario {
-	ee := e.ensure
-	creds := &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
-	var out []scenario
+// ensureScenarios measure the ensure checks: ImageStatus with a record to
+// read or not, at 100 and 100,000 records, and a verified re-use answered
+// from the node against the registry's re-check.
+func ensureScenarios() []measurement {
+	needs := []part{ensureProxies}
+	var out []measurement
 	for _, conc := range []int{1, 64} {
-		sc := scenario{
-			name: fmt.Sprintf("ensure: ImageStatus c=%d, image shown", conc), conc: conc,
-			arms: []arm{
-				{name: "pass-through proxy", call: imageStatusCall(e.proxied, ee.public), cpu: []string{"proxy"}},
-				{name: "ensure proxy (100 records)", call: imageStatusCall(ee.small, ee.public), cpu: []string{"proxy-ensure-100"}},
-				{name: "direct", call: imageStatusCall(e.direct, ee.public), cpu: []string{"containerd"}},
-			},
-		}
-		if conc == 1 {
-			sc.targets = []target{{desc: "ImageStatus with the ensure check p50 <= 1.05x pass-through", value: p50Ratio(1), max: 1.05}}
-		}
-		out = append(out, sc)
+		out = append(out, scenarioOf(fmt.Sprintf("ensure: ImageStatus c=%d, image shown", conc), needs, func(e *benchEnv) scenario {
+			ee := e.ensure
+			sc := scenario{
+				conc: conc,
+				arms: []arm{
+					{name: "pass-through proxy", call: imageStatusCall(e.proxied, ee.public), cpu: []string{"proxy"}},
+					{name: "ensure proxy (100 records)", call: imageStatusCall(ee.small, ee.public), cpu: []string{"proxy-ensure-100"}},
+					{name: "direct", call: imageStatusCall(e.direct, ee.public), cpu: []string{"containerd"}},
+				},
+			}
+			if conc == 1 {
+				sc.targets = []target{{desc: "ImageStatus with the ensure check p50 <= 1.05x pass-through", value: p50Ratio(1), max: 1.05}}
+			}
+			return sc
+		}))
 	}
-	out = append(out,
-		scenario{
-			name: "ensure: ImageStatus c=1, image hidden", conc: 1,
-			arms: []arm{
-				{name: "pass-through proxy", call: imageStatusCall(e.proxied, ee.private), cpu: []string{"proxy"}},
-				{name: "ensure proxy (hides it)", call: hiddenCall(ee.small, ee.private), cpu: []string{"proxy-ensure-100"}},
-			},
-		},
-		scenario{
-			name: "ensure: ImageStatus c=1, 100 vs 100,000 records, image shown", conc: 1,
-			arms: []arm{
-				{name: "ensure, 100 records", call: imageStatusCall(ee.small, ee.public), cpu: []string{"proxy-ensure-100"}},
-				{name: "ensure, 100,000 records", call: imageStatusCall(ee.large, ee.public), cpu: []string{"proxy-ensure-100k"}},
-			},
-			targets: []target{{desc: "ImageStatus p50 at 100,000 records <= 1.2x at 100", value: p50Ratio(1), max: 1.2}},
-		},
-		scenario{
-			name: "ensure: ImageStatus c=1, 100 vs 100,000 records, image hidden (reads the record)", conc: 1,
-			arms: []arm{
-				{name: "ensure, 100 records", call: hiddenCall(ee.small, ee.private), cpu: []string{"proxy-ensure-100"}},
-				{name: "ensure, 100,000 records", call: hiddenCall(ee.large, ee.private), cpu: []string{"proxy-ensure-100k"}},
-			},
-			targets: []target{{desc: "ImageStatus p50 at 100,000 records <= 1.2x at 100", value: p50Ratio(1), max: 1.2}},
-		},
-		scenario{
-			name: "ensure: verified re-use c=1, PullImage re-checked at the registry vs answered from the node", conc: 1,
-			arms: []arm{
-				{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.private, creds), cpu: []string{"containerd"}},
-				{name: "ensure: PullImage answered from the node (after its ImageStatus, untimed)", call: reuseCall(ee.small, ee.private, creds), cpu: []string{"proxy-ensure-100"}},
-			},
-			notes: func(r *result) string {
-				return fmt.Sprintf("on a loopback registry: the answer from the node is %.0fx faster (p50) than the registry re-check", 1/r.p50Ratio(1))
-			},
-		},
-		scenario{
-			name: "ensure: verified re-use c=1, registry 2 ms away, re-checked vs answered from the node", conc: 1,
-			arms: []arm{
-				{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.remote, creds), cpu: []string{"containerd"}},
-				{name: "ensure: PullImage answered from the node (after its ImageStatus, untimed)", call: reuseCall(ee.small, ee.remote, creds), cpu: []string{"proxy-ensure-100"}},
-			},
-			targets: []target{{desc: "a verified re-use is >= 100x faster than the registry re-check (p50), registry 2 ms away", value: func(r *result) float64 { return 1 / r.p50Ratio(1) }, min: 100}},
-		},
+	return append(out,
+		scenarioOf("ensure: ImageStatus c=1, image hidden", needs, func(e *benchEnv) scenario {
+			ee := e.ensure
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "pass-through proxy", call: imageStatusCall(e.proxied, ee.private), cpu: []string{"proxy"}},
+					{name: "ensure proxy (hides it)", call: hiddenCall(ee.small, ee.private), cpu: []string{"proxy-ensure-100"}},
+				},
+			}
+		}),
+		scenarioOf("ensure: ImageStatus c=1, 100 vs 100,000 records, image shown", needs, func(e *benchEnv) scenario {
+			ee := e.ensure
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "ensure, 100 records", call: imageStatusCall(ee.small, ee.public), cpu: []string{"proxy-ensure-100"}},
+					{name: "ensure, 100,000 records", call: imageStatusCall(ee.large, ee.public), cpu: []string{"proxy-ensure-100k"}},
+				},
+				targets: []target{{desc: "ImageStatus p50 at 100,000 records <= 1.2x at 100", value: p50Ratio(1), max: 1.2}},
+			}
+		}),
+		scenarioOf("ensure: ImageStatus c=1, 100 vs 100,000 records, image hidden (reads the record)", needs, func(e *benchEnv) scenario {
+			ee := e.ensure
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "ensure, 100 records", call: hiddenCall(ee.small, ee.private), cpu: []string{"proxy-ensure-100"}},
+					{name: "ensure, 100,000 records", call: hiddenCall(ee.large, ee.private), cpu: []string{"proxy-ensure-100k"}},
+				},
+				targets: []target{{desc: "ImageStatus p50 at 100,000 records <= 1.2x at 100", value: p50Ratio(1), max: 1.2}},
+			}
+		}),
+		scenarioOf("ensure: verified re-use c=1, PullImage re-checked at the registry vs answered from the node", needs, func(e *benchEnv) scenario {
+			ee := e.ensure
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.private, aliceAuth), cpu: []string{"containerd"}},
+					{name: "ensure: PullImage answered from the node (after its ImageStatus, untimed)", call: reuseCall(ee.small, ee.private, aliceAuth), cpu: []string{"proxy-ensure-100"}},
+				},
+				notes: func(r *result) string {
+					return fmt.Sprintf("on a loopback registry: the answer from the node is %.0fx faster (p50) than the registry re-check", 1/r.p50Ratio(1))
+				},
+			}
+		}),
+		scenarioOf("ensure: verified re-use c=1, registry 2 ms away, re-checked vs answered from the node", needs, func(e *benchEnv) scenario {
+			ee := e.ensure
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.remote, aliceAuth), cpu: []string{"containerd"}},
+					{name: "ensure: PullImage answered from the node (after its ImageStatus, untimed)", call: reuseCall(ee.small, ee.remote, aliceAuth), cpu: []string{"proxy-ensure-100"}},
+				},
+				targets: []target{{desc: "a verified re-use is >= 100x faster than the registry re-check (p50), registry 2 ms away", value: func(r *result) float64 { return 1 / r.p50Ratio(1) }, min: 100}},
+			}
+		}),
 	)
-	return out
+}
+
+// ensureMemory is the rssTarget, after the ensure scenarios.
+var ensureMemory = measurement{
+	name:  "ensure: daemon memory with 100,000 records",
+	needs: []part{ensureProxies},
+	run: func(e *benchEnv, rep *report) error {
+		if desc, v, max := e.rssTarget(); desc != "" {
+			rep.extra = append(rep.extra, extraTarget{desc: desc, value: v, max: max})
+		}
+		return nil
+	},
 }
 
 // rssTarget is the daemon's resident memory with 100,000 records, after

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // injectEnv is what the credential injection scenarios need: two proxies
@@ -86,6 +86,9 @@ func execCount(dir, name string) int {
 	return strings.Count(string(b), "\n")
 }
 
+// aliceAuth is tenant A's credential, as a pull request carries it.
+var aliceAuth = &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
+
 func pullCall(cc *grpc.ClientConn, image string, auth *runtimeapi.AuthConfig) call {
 	c := runtimeapi.NewImageServiceClient(cc)
 	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, Auth: auth}
@@ -98,50 +101,57 @@ func pullCall(cc *grpc.ClientConn, image string, auth *runtimeapi.AuthConfig) ca
 // injectionScenarios measure credential injection against pulls that
 // bring their own credentials, on an image already present (containerd
 // still resolves it at the registry: two requests per pull).
-func (e *benchEnv) injectionScenarios() []scenario {
-	img := e.presentImage
-	creds := &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
-	ie := e.inject
-	return []scenario{
-		{
-			name: "PullImage(present) c=1, credentials in the request vs injected from the cache", conc: 1,
-			arms: []arm{
-				{name: "direct, with credentials", call: pullCall(e.direct, img, creds), cpu: []string{"containerd"}},
-				{name: "proxied pass-through, with credentials", call: pullCall(e.proxied, img, creds), cpu: []string{"proxy"}},
-				{name: "proxied, injected (cache hit)", call: pullCall(ie.cached, img, nil), cpu: []string{"proxy-cached"}},
-			},
-			notes: func(r *result) string {
-				hook := time.Duration(r.armMedian(2, func(s segment) float64 { return float64(s.cpuPerCall("proxy-cached")) })) -
-					time.Duration(r.armMedian(1, func(s segment) float64 { return float64(s.cpuPerCall("proxy")) }))
-				return fmt.Sprintf("injected (cache hit) over pass-through: p50 ratio %.3f, proxy CPU %+.0f µs/call (the hook alone: see BenchmarkPullImageHookCacheHit below)", ratioOf(2, 1)(r), float64(hook)/1e3)
-			},
-		},
-		{
-			name: "PullImage(present) c=1, plugin cached vs run on every pull", conc: 1,
-			arms: []arm{
-				{name: "injected (cache hit)", call: pullCall(ie.cached, img, nil), cpu: []string{"proxy-cached"}},
-				{name: "injected (exec every pull)", call: pullCall(ie.uncached, img, nil), cpu: []string{"proxy-uncached"}},
-			},
-			notes: func(r *result) string {
-				return fmt.Sprintf("exec cost (p50 difference): %s µs", us(r.p50Delta(1)))
-			},
-		},
-		{
-			name: "PullImage(present) c=64, plugin not cached: singleflight", conc: 64,
-			arms: []arm{
-				{name: "direct, with credentials", call: pullCall(e.direct, img, creds), cpu: []string{"containerd"}},
-				{name: "injected (exec per flight)", call: pullCall(ie.uncached, img, nil), cpu: []string{"proxy-uncached"}},
-			},
-			before: func() { ie.mark = ie.execs("uncached") },
-			notes: func(r *result) string {
-				calls := 0
-				for _, round := range r.rounds {
-					calls += round[1].calls
-				}
-				calls += r.warmupCalls[1]
-				n := ie.execs("uncached") - ie.mark
-				return fmt.Sprintf("%d plugin execs for %d injected pulls at c=64 (%.3f per pull; without singleflight: 1 per pull)", n, calls, float64(n)/float64(calls))
-			},
-		},
+func injectionScenarios() []measurement {
+	needs := []part{injectionProxies}
+	return []measurement{
+		scenarioOf("PullImage(present) c=1, credentials in the request vs injected from the cache", needs, func(e *benchEnv) scenario {
+			img, ie := e.presentImage, e.inject
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "direct, with credentials", call: pullCall(e.direct, img, aliceAuth), cpu: []string{"containerd"}},
+					{name: "proxied pass-through, with credentials", call: pullCall(e.proxied, img, aliceAuth), cpu: []string{"proxy"}},
+					{name: "proxied, injected (cache hit)", call: pullCall(ie.cached, img, nil), cpu: []string{"proxy-cached"}},
+				},
+				notes: func(r *result) string {
+					hook := time.Duration(r.armMedian(2, func(s segment) float64 { return float64(s.cpuPerCall("proxy-cached")) })) -
+						time.Duration(r.armMedian(1, func(s segment) float64 { return float64(s.cpuPerCall("proxy")) }))
+					return fmt.Sprintf("injected (cache hit) over pass-through: p50 ratio %.3f, proxy CPU %+.0f µs/call (the hook alone: see BenchmarkPullImageHookCacheHit below)", ratioOf(2, 1)(r), float64(hook)/1e3)
+				},
+			}
+		}),
+		scenarioOf("PullImage(present) c=1, plugin cached vs run on every pull", needs, func(e *benchEnv) scenario {
+			img, ie := e.presentImage, e.inject
+			return scenario{
+				conc: 1,
+				arms: []arm{
+					{name: "injected (cache hit)", call: pullCall(ie.cached, img, nil), cpu: []string{"proxy-cached"}},
+					{name: "injected (exec every pull)", call: pullCall(ie.uncached, img, nil), cpu: []string{"proxy-uncached"}},
+				},
+				notes: func(r *result) string {
+					return fmt.Sprintf("exec cost (p50 difference): %s µs", us(r.p50Delta(1)))
+				},
+			}
+		}),
+		scenarioOf("PullImage(present) c=64, plugin not cached: singleflight", needs, func(e *benchEnv) scenario {
+			img, ie := e.presentImage, e.inject
+			return scenario{
+				conc: 64,
+				arms: []arm{
+					{name: "direct, with credentials", call: pullCall(e.direct, img, aliceAuth), cpu: []string{"containerd"}},
+					{name: "injected (exec per flight)", call: pullCall(ie.uncached, img, nil), cpu: []string{"proxy-uncached"}},
+				},
+				before: func() { ie.mark = ie.execs("uncached") },
+				notes: func(r *result) string {
+					calls := 0
+					for _, round := range r.rounds {
+						calls += round[1].calls
+					}
+					calls += r.warmupCalls[1]
+					n := ie.execs("uncached") - ie.mark
+					return fmt.Sprintf("%d plugin execs for %d injected pulls at c=64 (%.3f per pull; without singleflight: 1 per pull)", n, calls, float64(n)/float64(calls))
+				},
+			}
+		}),
 	}
 }

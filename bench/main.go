@@ -19,7 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func run() error {
 	var o options
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds per scenario; each runs every arm once")
 	flag.Float64Var(&o.seconds, "seconds", 1, "length of one arm's segment in a round")
-	flag.StringVar(&o.only, "only", "", "run only scenarios whose name contains this")
+	flag.StringVar(&o.only, "only", "", "run only the measurements whose name contains this (scenarios, \"go runtime\", \"fleet\", \"pod start\")")
 	flag.StringVar(&o.out, "out", "_output/bench", "directory for the report (markdown)")
 	flag.StringVar(&o.proxy, "proxy", "", "the cri-image-proxy binary (default: build it)")
 	flag.StringVar(&o.profile, "profile", "", "capture the proxy's CPU profile during the scenario of this name, into the -out directory")
@@ -62,6 +62,10 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
 
+	chosen, parts, err := selectMeasurements(measurements(o), o.only)
+	if err != nil {
+		return err
+	}
 	work, err := os.MkdirTemp("", "bench")
 	if err != nil {
 		return err
@@ -82,88 +86,25 @@ func run() error {
 	defer r.Stop()
 	env := &benchEnv{rig: r, work: work, logf: logf, opts: o}
 	defer env.close()
-	if err := env.setUp(); err != nil {
+	if err := env.setUp(parts); err != nil {
 		return err
 	}
 
-	var results []*result
-	for _, sc := range env.scenarios() {
-		if o.only != "" && !strings.Contains(sc.name, o.only) {
-			continue
-		}
-		logf("scenario %s (%d rounds)", sc.name, o.rounds)
-		stopProfile := func() {}
-		if o.profile != "" && sc.name == o.profile {
-			os.MkdirAll(o.out, 0o755)
-			stopProfile = env.profileProxy(filepath.Join(o.out, "proxy-cpu.pprof"), env.duration(sc))
-		}
-		results = append(results, env.measure(sc))
-		stopProfile()
-	}
-	var extra []extraTarget
-	if env.ensure != nil {
-		if desc, v, max := env.rssTarget(); desc != "" {
-			extra = append(extra, extraTarget{desc: desc, value: v, max: max})
+	rep := &report{}
+	for _, m := range chosen {
+		if err := m.run(env, rep); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
-	goRuntimeReport := ""
-	if o.only == "" || strings.Contains("go runtime", o.only) {
-		logf("go runtime: the proxy's GOGC/GOMAXPROCS defaults against Go's own, under a mixed load")
-		gr, err := env.goRuntime()
-		if err != nil {
-			return fmt.Errorf("go runtime: %w", err)
-		}
-		goRuntimeReport = renderGoRuntime(gr)
-		// The defaults stay only while they are no worse than Go's own at
-		// the tail, where a loaded node's kubelet feels them. Under this
-		// load the tail is the machine's (containerd, the registry and the
-		// plugins saturate both cores); runs differ by up to ±15% with no
-		// change, so the goal is 1.25: it catches a setting that starves
-		// the proxy, not noise.
-		extra = append(extra,
-			extraTarget{desc: "ImageStatus p99 under a mixed load, the proxy's runtime defaults / Go's own (goal 1.25)", value: gr.p99Ratio(0, 1, status), max: 1.25},
-			extraTarget{desc: "CreateContainer p99 under a mixed load, the proxy's runtime defaults / Go's own (goal 1.25)", value: gr.p99Ratio(0, 1, create), max: 1.25})
-	}
-	fleetReport := ""
-	if o.fleetNodes > 0 && (o.only == "" || strings.Contains("fleet", o.only)) {
-		logf("fleet: %d nodes' API clients, kubelets' and proxies', against one kube-apiserver", o.fleetNodes)
-		phases, err := env.fleet(o.fleetNodes)
-		if err != nil {
-			return fmt.Errorf("fleet: %w", err)
-		}
-		fleetReport, _ = renderFleet(o.fleetNodes, phases)
-		if len(phases) == 5 {
-			none, kubelets, proxies, tokens := phases[0], phases[1], phases[2], phases[3]
-			// What decides the proxies' cost is deterministic: one pod watch
-			// per node with the kubelet's selector, and no request of their
-			// own while no pull needs the API. The apiserver's CPU and memory
-			// at 100 nodes move by less than their noise (reported only).
-			extra = append(extra,
-				extraTarget{desc: "TokenRequests per pod start on a token node, two pulls each (goal 1)", value: tokens.tokenRequests / float64(max(tokens.tokenStarts, 1)), max: 1},
-				extraTarget{desc: fmt.Sprintf("pod watches of %d proxies over %d kubelets' (goal 1)", o.fleetNodes, o.fleetNodes), value: (proxies.watches - kubelets.watches) / max(kubelets.watches-none.watches, 1), max: 1},
-				extraTarget{desc: "requests per second per node the proxies add with no pull needing the API, over the kubelets' (goal <= their +0.01)", value: (proxies.total()-kubelets.total())/float64(o.fleetNodes) - (kubelets.total()-none.total())/float64(o.fleetNodes), max: 0.01})
-		}
-	}
-	podStartReport := ""
-	if o.pods > 0 && (o.only == "" || strings.Contains("pod start", o.only)) {
-		logf("pod start: %d pods per arm with a real kubelet", o.pods)
-		ps, err := env.podStart(o.pods)
-		if err != nil {
-			return fmt.Errorf("pod start: %w", err)
-		}
-		var ratio float64
-		podStartReport, ratio = renderPodStart(ps)
-		extra = append(extra, extraTarget{desc: "pod start p50, kubelet on the proxy / on containerd (goal 1.02)", value: ratio, max: 1.02})
-	}
-	report := render(results, extra, env.describe()) + goRuntimeReport + fleetReport + podStartReport
-	fmt.Println(report)
+	text := render(rep.results, rep.extra, env.describe()) + strings.Join(rep.sections, "")
+	fmt.Println(text)
 	if err := os.MkdirAll(o.out, 0o755); err == nil {
 		path := filepath.Join(o.out, "bench-"+time.Now().Format("20060102-150405")+".md")
-		if err := os.WriteFile(path, []byte(report), 0o644); err == nil {
+		if err := os.WriteFile(path, []byte(text), 0o644); err == nil {
 			logf("report written to %s", path)
 		}
 	}
-	if missed := failedTargets(results, extra); len(missed) > 0 {
+	if missed := failedTargets(rep.results, rep.extra); len(missed) > 0 {
 		return fmt.Errorf("targets missed:\n  %s", strings.Join(missed, "\n  "))
 	}
 	return nil
@@ -189,7 +130,9 @@ type benchEnv struct {
 	extraProxies           []*rig.Proc
 }
 
-func (e *benchEnv) setUp() error {
+// setUp starts the base (containerd's present image and 1000 more, the
+// pass-through proxy, the bare server), then the parts.
+func (e *benchEnv) setUp(parts []part) error {
 	// A present image for ImageStatus.
 	e.presentImage = e.rig.Registry + "/" + rig.TeamAImage
 	if res := e.rig.Crictl(context.Background(), "unix://"+e.rig.ContainerdSock, "pull", "--creds", "user:"+rig.Users["user"], e.presentImage); res.Err != nil {
@@ -259,13 +202,12 @@ func (e *benchEnv) setUp() error {
 		"containerd": e.rig.Containerd().Pid(),
 		"bare":       e.bare.Process.Pid,
 	}
-	if err := e.setUpInjection(); err != nil {
-		return err
+	for _, p := range parts {
+		if err := setUpPart[p](e); err != nil {
+			return err
+		}
 	}
-	if err := e.setUpEnsure(); err != nil {
-		return err
-	}
-	return e.setUpToken()
+	return nil
 }
 
 func (e *benchEnv) close() {

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
 // The pod start benchmark: the latency a user feels, from the pod's
@@ -26,6 +26,21 @@ import (
 // through the proxy each start is a hidden ImageStatus, a PullImage
 // answered from the node, a granted CreateContainer.
 const podStartNamespace = "podstart"
+
+// podStartMeasurement starts n pods per arm.
+func podStartMeasurement(n int) measurement {
+	return measurement{name: "pod start", needs: []part{kubeAPI}, run: func(e *benchEnv, rep *report) error {
+		e.logf("pod start: %d pods per arm with a real kubelet", n)
+		ps, err := e.podStart(n)
+		if err != nil {
+			return err
+		}
+		section, ratio := renderPodStart(ps)
+		rep.sections = append(rep.sections, section)
+		rep.extra = append(rep.extra, extraTarget{desc: "pod start p50, kubelet on the proxy / on containerd (goal 1.02)", value: ratio, max: 1.02})
+		return nil
+	}}
+}
 
 // podStartResult is one arm's latencies.
 type podStartResult struct {

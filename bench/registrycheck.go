@@ -9,7 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -18,7 +18,10 @@ import (
 // against the runtime's re-check pull of a present image it replaces: the
 // same image, credential and registry, 2 ms away (the relay of the ensure
 // scenarios), both resolving through containerd's hosts.toml.
-func (e *benchEnv) registryCheckScenario() scenario {
+var registryCheckScenario = scenarioOf("registry check c=1, registry 2 ms away: content-aware check vs the runtime's re-check pull",
+	[]part{ensureProxies}, (*benchEnv).registryCheck)
+
+func (e *benchEnv) registryCheck() scenario {
 	ee := e.ensure
 	creds := &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
 	hostsDir := filepath.Join(filepath.Dir(e.rig.ContainerdSock), "certs.d")
@@ -68,7 +71,7 @@ func (e *benchEnv) registryCheckScenario() scenario {
 		return err
 	}
 	return scenario{
-		name: "registry check c=1, registry 2 ms away: content-aware check vs the runtime's re-check pull", conc: 1,
+		conc: 1,
 		arms: []arm{
 			{name: "direct PullImage, credentials re-checked", call: pullCall(e.direct, ee.remote, creds), cpu: []string{"containerd"}},
 			{name: "content-aware check (package registry): the manifest, then HEAD config and layers", call: func(ctx context.Context) error { return check(ctx, false) }, cpu: []string{"bench"}},

@@ -28,8 +28,9 @@ type target struct {
 	min   float64               // ... and >= min (0: no minimum)
 }
 
+// scenario is a measurement of arms side by side (scenarioOf).
 type scenario struct {
-	name    string
+	name    string // set by scenarioOf
 	conc    int
 	arms    []arm // arms[0] is the baseline of the ratios
 	targets []target
@@ -88,48 +89,53 @@ func p50Ratio(armIdx int) func(*result) float64 {
 	return func(r *result) float64 { return r.p50Ratio(armIdx) }
 }
 
-func (e *benchEnv) scenarios() []scenario {
-	direct := func(c call) arm { return arm{name: "direct", call: c, cpu: []string{"containerd"}} }
-	proxied := func(c call) arm { return arm{name: "proxied", call: c, cpu: []string{"proxy"}} }
-	bare := func(c call) arm { return arm{name: "bare gRPC (floor)", call: c, cpu: []string{"bare", "bench"}} }
-	floorTarget := target{desc: "proxy CPU per pass-through call <= 1.1x a bare gRPC server+client call", value: proxyOverFloor(1, 2), max: 1.1}
+// The arms of the pass-through scenarios, and their target: the proxy's
+// CPU per call next to one bare gRPC transaction.
+func directArm(c call) arm  { return arm{name: "direct", call: c, cpu: []string{"containerd"}} }
+func proxiedArm(c call) arm { return arm{name: "proxied", call: c, cpu: []string{"proxy"}} }
+func bareArm(c call) arm {
+	return arm{name: "bare gRPC (floor)", call: c, cpu: []string{"bare", "bench"}}
+}
 
-	var out []scenario
+var floorTarget = target{desc: "proxy CPU per pass-through call <= 1.1x a bare gRPC server+client call", value: proxyOverFloor(1, 2), max: 1.1}
+
+// passThroughScenarios: small calls through the proxy, against containerd
+// directly and a bare gRPC server.
+func passThroughScenarios() []measurement {
+	var out []measurement
 	for _, conc := range []int{1, 64} {
-		out = append(out, scenario{
-			name: fmt.Sprintf("Version c=%d", conc), conc: conc,
-			arms:    []arm{direct(versionCall(e.direct)), proxied(versionCall(e.proxied)), bare(versionCall(e.bare1))},
-			targets: []target{floorTarget},
-		})
+		out = append(out, scenarioOf(fmt.Sprintf("Version c=%d", conc), nil, func(e *benchEnv) scenario {
+			return scenario{
+				conc:    conc,
+				arms:    []arm{directArm(versionCall(e.direct)), proxiedArm(versionCall(e.proxied)), bareArm(versionCall(e.bare1))},
+				targets: []target{floorTarget},
+			}
+		}))
 	}
 	for _, conc := range []int{1, 64} {
-		out = append(out, scenario{
-			name: fmt.Sprintf("ImageStatus c=%d", conc), conc: conc,
-			arms: []arm{
-				direct(imageStatusCall(e.direct, e.presentImage)),
-				proxied(imageStatusCall(e.proxied, e.presentImage)),
-				bare(imageStatusCall(e.bare1, e.presentImage)),
-			},
-			targets: []target{floorTarget},
-		})
+		out = append(out, scenarioOf(fmt.Sprintf("ImageStatus c=%d", conc), nil, func(e *benchEnv) scenario {
+			return scenario{
+				conc: conc,
+				arms: []arm{
+					directArm(imageStatusCall(e.direct, e.presentImage)),
+					proxiedArm(imageStatusCall(e.proxied, e.presentImage)),
+					bareArm(imageStatusCall(e.bare1, e.presentImage)),
+				},
+				targets: []target{floorTarget},
+			}
+		}))
 	}
-	if e.inject != nil {
-		out = append(out, e.injectionScenarios()...)
-	}
-	if e.ensure != nil {
-		out = append(out, e.ensureScenarios()...)
-		out = append(out, e.registryCheckScenario())
-	}
-	if e.token != nil {
-		out = append(out, e.tokenScenarios()...)
-	}
-	out = append(out, scenario{
-		name: "ListImages(1000) c=1", conc: 1, long: true,
-		arms:    []arm{direct(listImagesCall(e.direct, 1000)), proxied(listImagesCall(e.proxied, 1000))},
-		targets: []target{{desc: "ListImages(1000) p50 through the proxy <= 1.15x direct", value: p50Ratio(1), max: 1.15}},
-	})
 	return out
 }
+
+// listImagesScenario: a large answer through the proxy.
+var listImagesScenario = scenarioOf("ListImages(1000) c=1", nil, func(e *benchEnv) scenario {
+	return scenario{
+		conc: 1, long: true,
+		arms:    []arm{directArm(listImagesCall(e.direct, 1000)), proxiedArm(listImagesCall(e.proxied, 1000))},
+		targets: []target{{desc: "ListImages(1000) p50 through the proxy <= 1.15x direct", value: p50Ratio(1), max: 1.15}},
+	}
+})
 
 // result holds every segment of a scenario: rounds[i][arm].
 type result struct {

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
 // The token scenario's Kubernetes objects and the proxies' identity.
@@ -189,25 +189,29 @@ func (te *tokenEnv) freshPod() *runtimeapi.PodSandboxConfig {
 	return te.freshPods[int(i)%len(te.freshPods)]
 }
 
-func (e *benchEnv) tokenScenarios() []scenario {
-	te := e.token
-	img := e.presentImage
-	return []scenario{{
-		name: "PullImage(present) c=1, token plugin: cached credential vs a new pod's first pull (TokenRequest + exec)", conc: 1,
-		arms: []arm{
-			{name: "cached (per service account)", call: podPullCall(te.cached, img, func() *runtimeapi.PodSandboxConfig { return te.cachedPod }), cpu: []string{"proxy-token-cached"}},
-			{name: "uncached (new pod: TokenRequest + exec)", call: podPullCall(te.fresh, img, te.freshPod), cpu: []string{"proxy-token-fresh"}},
-			{name: "direct, with credentials (no proxy, no API)", call: pullCall(e.direct, img, &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}), cpu: []string{"containerd"}},
-		},
-		before: func() { te.mark = execCount(te.countDir, "fresh") },
-		notes: func(r *result) string {
-			used := te.next.Load()
-			wrapped := ""
-			if used > int64(len(te.freshPods)) {
-				wrapped = fmt.Sprintf("; %d pulls re-used a pod (cached token)", used-int64(len(te.freshPods)))
-			}
-			return fmt.Sprintf("uncached over cached: p50 ratio %.2f, +%s µs; cached over direct: p50 ratio %.2f; %d fresh-pod pulls, %d plugin execs, cached arm %d execs in all%s",
-				ratioOf(1, 0)(r), us(r.p50Delta(1)), ratioOf(0, 2)(r), used, execCount(te.countDir, "fresh")-te.mark, execCount(te.countDir, "cached"), wrapped)
-		},
-	}}
+// tokenScenarios measure the token plugin's pulls, cached and a new pod's
+// first.
+func tokenScenarios() []measurement {
+	return []measurement{scenarioOf("PullImage(present) c=1, token plugin: cached credential vs a new pod's first pull (TokenRequest + exec)", []part{kubeAPI}, func(e *benchEnv) scenario {
+		te := e.token
+		img := e.presentImage
+		return scenario{
+			conc: 1,
+			arms: []arm{
+				{name: "cached (per service account)", call: podPullCall(te.cached, img, func() *runtimeapi.PodSandboxConfig { return te.cachedPod }), cpu: []string{"proxy-token-cached"}},
+				{name: "uncached (new pod: TokenRequest + exec)", call: podPullCall(te.fresh, img, te.freshPod), cpu: []string{"proxy-token-fresh"}},
+				{name: "direct, with credentials (no proxy, no API)", call: pullCall(e.direct, img, aliceAuth), cpu: []string{"containerd"}},
+			},
+			before: func() { te.mark = execCount(te.countDir, "fresh") },
+			notes: func(r *result) string {
+				used := te.next.Load()
+				wrapped := ""
+				if used > int64(len(te.freshPods)) {
+					wrapped = fmt.Sprintf("; %d pulls re-used a pod (cached token)", used-int64(len(te.freshPods)))
+				}
+				return fmt.Sprintf("uncached over cached: p50 ratio %.2f, +%s µs; cached over direct: p50 ratio %.2f; %d fresh-pod pulls, %d plugin execs, cached arm %d execs in all%s",
+					ratioOf(1, 0)(r), us(r.p50Delta(1)), ratioOf(0, 2)(r), used, execCount(te.countDir, "fresh")-te.mark, execCount(te.countDir, "cached"), wrapped)
+			},
+		}
+	})}
 }

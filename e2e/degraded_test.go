@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // TestEnsureDatabaseThatCannotBeOpened starts the proxy on a records
@@ -68,14 +68,15 @@ func TestEnsureDatabaseThatCannotBeOpened(t *testing.T) {
 		if r := crictl(t, p.ep, "inspecti", img); r.Err == nil {
 			t.Errorf("ImageStatus showed the image with the records unavailable")
 		}
-		before := registryRequests(t)
-		for _, tn := range []tenant{alice2, bob} {
-			r := tn.pull(t, p.ep, img)
-			if r.Err == nil || !strings.Contains(r.Stderr, "Unavailable") || strings.Contains(r.Stderr, garbage) || strings.Contains(r.Stderr, p.db) {
-				t.Errorf("%s's pull: %v, want Unavailable without the cause\n%s", tn.name, r.Err, r.Stderr)
+		requests := requestsDuring(t, testRig.Registry, func() {
+			for _, tn := range []tenant{alice2, bob} {
+				r := tn.pull(t, p.ep, img)
+				if r.Err == nil || !strings.Contains(r.Stderr, "Unavailable") || strings.Contains(r.Stderr, garbage) || strings.Contains(r.Stderr, p.db) {
+					t.Errorf("%s's pull: %v, want Unavailable without the cause\n%s", tn.name, r.Err, r.Stderr)
+				}
 			}
-		}
-		if n := registryRequests(t) - before; n != 0 {
+		})
+		if n := len(requests); n != 0 {
 			t.Errorf("%d registry requests for refused pulls, want 0", n)
 		}
 	})

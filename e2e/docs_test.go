@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/cri-image-proxy/cri-image-proxy/deploy/monitoring"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // TestMetricsAreDocumented scrapes a daemon with every feature on, after a

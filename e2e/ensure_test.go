@@ -15,8 +15,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // ensureProxy is a proxy with KEP-2535 enforcement, its database and
@@ -55,17 +55,6 @@ func (p *ensureProxy) records(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
-// registryRequests is how many requests the authenticated registry has
-// answered so far.
-func registryRequests(t *testing.T) int {
-	t.Helper()
-	reqs, err := testRig.RegistryRequests()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(reqs)
-}
-
 // tenant is a pod of a tenant, as crictl describes it with --pod-config.
 type tenant struct {
 	name, uid, creds string
@@ -95,11 +84,11 @@ func (tn tenant) pull(t *testing.T, ep, image string) rig.Result {
 // registry answered meanwhile: 0 is a re-use from the node.
 func (tn tenant) pullCountingRequests(t *testing.T, ep, image string) int {
 	t.Helper()
-	before := registryRequests(t)
-	if r := tn.pull(t, ep, image); r.Err != nil {
-		t.Fatalf("%s pulling %s: %v\n%s", tn.name, image, r.Err, r.Stderr)
-	}
-	return registryRequests(t) - before
+	return len(requestsDuring(t, testRig.Registry, func() {
+		if r := tn.pull(t, ep, image); r.Err != nil {
+			t.Fatalf("%s pulling %s: %v\n%s", tn.name, image, r.Err, r.Stderr)
+		}
+	}))
 }
 
 func TestEnsureSecretPulledImages(t *testing.T) {

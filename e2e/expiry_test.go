@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // TestRecordExpiry runs the optional maximum record age on the real

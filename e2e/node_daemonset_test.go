@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 )
 
 // proxyImage is the proxy's OCI image, built by hack/image from a static
@@ -72,6 +72,12 @@ func buildProxyImage() (string, error) {
 // kubeconfig...), the rig's live under its directory.
 type dsHost struct {
 	dir, socketDir, stateDir, pluginDir, providerConfig, pki string
+}
+
+var daemonSetScenario = nodeScenario{
+	name:   "the DaemonSet, from the image hack/image built: Ready under the kubelet; serves its host socket, plugin and records; gone with its pod",
+	images: []string{"byplugin/daemonset:v1"},
+	run:    (*nodeEnv).scenarioDaemonSet,
 }
 
 // scenarioDaemonSet: deploy/kubernetes/daemonset.yaml for real. The
@@ -187,18 +193,15 @@ func (e *nodeEnv) scenarioDaemonSet(t *testing.T) {
 	}
 	// The plugin runs inside the pod, from the host's plugin directory: an
 	// image only the node's credentials can pull, new to the registry's log.
-	ref := "node-" + e.v.id + "/byplugin/daemonset:v1"
-	if _, err := testRig.PushBusybox(ref, e.v.id+" daemonset"); err != nil {
-		t.Fatal(err)
-	}
-	if res := testRig.Crictl(ctxTimeout, sock, "pull", testRig.Registry+"/"+ref); res.Err != nil {
+	byPlugin := e.image("byplugin/daemonset:v1")
+	if res := testRig.Crictl(ctxTimeout, sock, "pull", byPlugin); res.Err != nil {
 		t.Fatalf("a pull without credentials through the pod's proxy: %v: %s", res.Err, res.Stderr)
 	}
 	if _, m := httpGet(t, "127.0.0.1:"+port, "/metrics"); !strings.Contains(m, `cri_image_proxy_credential_injection_pulls_total{result="injected"} 1`) {
 		t.Errorf("the pod's proxy did not count one injected pull; its metrics:\n%s", m)
 	}
 	out, err := exec.Command(proxyBin, "records", "list", "--admin-socket", filepath.Join(h.socketDir, "admin.sock")).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), testRig.Registry+"/"+strings.TrimSuffix(ref, ":v1")) {
+	if err != nil || !strings.Contains(string(out), strings.TrimSuffix(byPlugin, ":v1")) {
 		t.Errorf("records list over the pod's admin socket: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(h.stateDir, "ensure.db")); err != nil {

@@ -15,10 +15,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig/kuberig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig/kuberig"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
+
+// The scenarios of the proxy's place on the node: its identity, the
+// node's own, and doctor's view of the kubelet's endpoints.
+
+var nodeIdentityScenario = nodeScenario{
+	name:   "the proxy's identity is the node's: no secret, account or token of a pod on another node; told from the kubelet in the audit log",
+	images: []string{tokenImage, publicImage},
+	run:    (*nodeEnv).scenarioNodeIdentity,
+}
 
 // scenarioNodeIdentity: the proxy runs with the node's own identity, so
 // the Node authorizer and NodeRestriction scope it as they scope the
@@ -31,6 +40,7 @@ import (
 func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 	ctx := context.Background()
 	const otherNode = "other-node"
+	image := e.image(tokenImage)
 	createPullSecret(t, e.k, e.nsB, "elsewhere-cred", "bob", rig.Users["bob"])
 	createServiceAccount(t, e.k, e.nsB, "elsewhere", "bob")
 	no := false
@@ -38,15 +48,15 @@ func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"},
 		Spec: corev1.PodSpec{NodeName: otherNode, ServiceAccountName: "elsewhere", AutomountServiceAccountToken: &no,
 			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "elsewhere-cred"}},
-			Containers:       []corev1.Container{{Name: "app", Image: e.bySA}}},
+			Containers:       []corev1.Container{{Name: "app", Image: image}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Pods of this node: one whose account's token pulls the image (the
 	// token plugin), one with A's pull secret.
-	here := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "here", image: e.bySA, policy: corev1.PullIfNotPresent, account: "builder"}))
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "here-secret", image: e.public, policy: corev1.PullIfNotPresent, secret: "regcred"}))
+	here := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "here", image: image, policy: corev1.PullIfNotPresent, account: "builder"}))
+	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "here-secret", image: e.anonymous(publicImage), policy: corev1.PullIfNotPresent, secret: "regcred"}))
 
 	// The proxy's identity, from its own kubeconfig, with a user agent of
 	// its own so that the audit checks below tell these probes apart.
@@ -100,7 +110,7 @@ func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 		"metadata": map[string]any{"name": "elsewhere", "namespace": e.nsB, "uid": string(elsewhere.UID), "attempt": 1},
 		"linux":    map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}},
 	})
-	if r := crictl(t, e.proxy.ep, "pull", "--pod-config", sandbox, e.bySA); r.Err == nil {
+	if r := crictl(t, e.proxy.ep, "pull", "--pod-config", sandbox, image); r.Err == nil {
 		t.Errorf("a pull in the name of a pod on another node succeeded")
 	}
 
@@ -145,6 +155,11 @@ func (e *nodeEnv) scenarioNodeIdentity(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+var doctorScenario = nodeScenario{
+	name: "doctor: the kubelet's endpoints are the proxy's socket and it called just now; a proxy on another socket is reported bypassed",
+	run:  (*nodeEnv).scenarioDoctor,
+}
 
 // scenarioDoctor runs cri-image-proxy doctor against the running kubelet:
 // its endpoints (from its KubeletConfiguration) are the proxy's socket and

@@ -16,6 +16,13 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 )
 
+var kubeletFormatScenario = nodeScenario{
+	name:   "records in the kubelet's format: its records imported (secrets left behind); the proxy's exported and honoured by the kubelet alone",
+	needs:  []nodeNeed{kubeletRecords},
+	images: []string{"migrate:v1"},
+	run:    (*nodeEnv).scenarioKubeletFormat,
+}
+
 // scenarioKubeletFormat: a node moves its KEP-2535 records between the
 // proxy and a kubelet that keeps its own (the current kubelet with its
 // feature on; n/a for the others, which keep none).
@@ -33,9 +40,6 @@ import (
 // database; its secrets' hashes cannot cross and are counted, the images
 // stay "pulled with credentials".
 func (e *nodeEnv) scenarioKubeletFormat(t *testing.T) {
-	if !e.v.gates["KubeletEnsureSecretPulledImages"] {
-		t.Skip("n/a: this kubelet keeps no KEP-2535 records")
-	}
 	imageManager := filepath.Join(e.node.RootDir(), "image_manager")
 	work := t.TempDir()
 	noDaemon := filepath.Join(work, "no-daemon.sock")
@@ -49,11 +53,7 @@ func (e *nodeEnv) scenarioKubeletFormat(t *testing.T) {
 	}
 
 	t.Run("export, honoured by the kubelet without the proxy", func(t *testing.T) {
-		ref := "node-" + e.v.id + "/migrate:v1"
-		if _, err := testRig.PushBusybox(ref, e.v.id+" migrate"); err != nil {
-			t.Fatal(err)
-		}
-		image := testRig.Registry + "/" + ref
+		image := e.image("migrate:v1")
 		e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "migrate-a", image: image, policy: corev1.PullIfNotPresent, secret: "regcred"}))
 		id := strings.TrimSpace(mustCrictl(t, direct(), "inspecti", "-o", "go-template", "--template", "{{.status.id}}", image))
 		kubeletFile := filepath.Join(imageManager, kubeletrecords.PulledDir, kubeletrecords.FileName(id))
@@ -101,9 +101,7 @@ func (e *nodeEnv) scenarioKubeletFormat(t *testing.T) {
 		b := e.run(t, podSpec{ns: e.nsB, name: "migrate-b-after", image: image, policy: corev1.PullNever})
 		e.waitWaiting(t, b, "ErrImageNeverPull")
 		e.neverRan(t, b)
-		before := pulls(t, image)
-		e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "migrate-a-never", image: image, policy: corev1.PullNever, secret: "regcred"}))
-		if n := pulls(t, image) - before; n != 0 {
+		if _, n := e.runCounting(t, podSpec{ns: e.nsA, name: "migrate-a-never", image: image, policy: corev1.PullNever, secret: "regcred"}, image); n != 0 {
 			t.Errorf("%d registry requests for A's Never pod", n)
 		}
 		data, _ = os.ReadFile(kubeletFile)
@@ -129,7 +127,7 @@ func (e *nodeEnv) scenarioKubeletFormat(t *testing.T) {
 		if err := json.Unmarshal([]byte(proxyCmd("records", "export", "--database", db, "--admin-socket", noDaemon)), &ex); err != nil {
 			t.Fatal(err)
 		}
-		migrated := testRig.Registry + "/node-" + e.v.id + "/migrate"
+		migrated := strings.TrimSuffix(e.image("migrate:v1"), ":v1")
 		found := false
 		for _, r := range ex.Records {
 			for repo, c := range r.CredentialMapping {

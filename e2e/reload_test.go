@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // TestConfigReload changes a running proxy's configuration: its credential

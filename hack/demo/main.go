@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/e2e/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 func main() {

@@ -1,8 +1,9 @@
-// Package rig starts real components for end-to-end tests and the demo: a
-// private containerd (own root, state and socket; CRI plugin), the Debian
-// distribution registry on 127.0.0.1 twice over one storage (one with
-// htpasswd/bcrypt authentication, one anonymous), test images built and
-// pushed in Go with credentials, crictl/critest, and the proxy binary.
+// Package rig starts real components for the end-to-end and node tests
+// (e2e), the bench and the demo (hack/demo): a private containerd (own
+// root, state and socket; CRI plugin), the Debian distribution registry on
+// 127.0.0.1 twice over one storage (one with htpasswd/bcrypt
+// authentication, one anonymous), test images built and pushed in Go with
+// credentials, crictl/critest, and the proxy binary.
 //
 // The registry's requests can be read back: RegistryRequests (its access
 // log: method, path, status, 401s included) and, with
