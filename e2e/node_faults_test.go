@@ -118,7 +118,7 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 		return st.Running != nil || (st.Waiting != nil && (st.Waiting.Reason == "ErrImagePull" || st.Waiting.Reason == "ImagePullBackOff"))
 	})
 	log := e.proxy.proc.LogText()
-	recordFailed := strings.Contains(log, "recording a verified pull failed")
+	recordFailed := strings.Contains(log, "recording a pull failed")
 	intentFailed := strings.Contains(log, "noting a pull intent failed")
 	if !recordFailed && !intentFailed {
 		t.Fatalf("no write failed: the scenario tests nothing (A: %s)", containerState(a))
