@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // The type this package decodes.
@@ -139,6 +141,37 @@ type EnsureSecretPulledImages struct {
 	// matching a pattern (the kubelet's matchImages syntax); the first
 	// match wins.
 	MaxRecordAgeByRepository []RepositoryMaxAge `json:"maxRecordAgeByRepository,omitempty"`
+	// RegistryHostsDir is where the node's containerd reads its registries'
+	// hosts.toml (its registry config_path; a colon-separated list, as
+	// containerd takes it). A pull's credential is recorded only once the
+	// image's own registry, its server and TLS settings read from there as
+	// the runtime reads them, answered for it: never a mirror listed there.
+	// Default: /etc/containerd/certs.d:/etc/docker/certs.d.
+	RegistryHostsDir string `json:"registryHostsDir,omitempty"`
+	// VouchedMirrors are mirrors the operator vouches for, for nodes that
+	// reach only a mirror: one that enforces the registry's own
+	// authorization (it passes each caller's credential on, or checks it as
+	// the registry would). The registry check of a registry listed here asks
+	// its mirror instead, and records explain says so. Reloadable.
+	VouchedMirrors []VouchedMirror `json:"vouchedMirrors,omitempty"`
+}
+
+// VouchedMirror is a mirror the operator vouches for.
+type VouchedMirror struct {
+	// Registry is the registry host as images name it: "docker.io",
+	// "registry.example:5000".
+	Registry string `json:"registry"`
+	// Endpoint is the mirror's URL: "https://mirror.example".
+	Endpoint string `json:"endpoint"`
+}
+
+// Vouched is e's vouched-for mirrors as the registry check takes them.
+func (e *EnsureSecretPulledImages) Vouched() []registry.VouchedMirror {
+	var out []registry.VouchedMirror
+	for _, v := range e.VouchedMirrors {
+		out = append(out, registry.VouchedMirror{Registry: v.Registry, Endpoint: v.Endpoint})
+	}
+	return out
 }
 
 // RepositoryMaxAge is the maximum record age of repositories matching
@@ -263,6 +296,9 @@ func (c *ProxyConfiguration) SetDefaults() {
 	}
 	if e.AdminSocket == "" {
 		e.AdminSocket = DefaultAdminSocket
+	}
+	if e.RegistryHostsDir == "" {
+		e.RegistryHostsDir = registry.DefaultHostsDir
 	}
 	if k := c.Kubernetes; k != nil {
 		if k.NodeName == "" {
@@ -431,6 +467,17 @@ func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList 
 	}
 	if x := e.Expiry(); x != nil {
 		errs = append(errs, x.Validate(p)...)
+	}
+	for _, d := range filepath.SplitList(e.RegistryHostsDir) {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, field.Invalid(p.Child("registryHostsDir"), e.RegistryHostsDir, "must be absolute paths, separated by colons"))
+			break
+		}
+	}
+	for i, v := range e.VouchedMirrors {
+		if err := registry.ValidateVouched([]registry.VouchedMirror{{Registry: v.Registry, Endpoint: v.Endpoint}}); err != nil {
+			errs = append(errs, field.Invalid(p.Child("vouchedMirrors").Index(i), v, err.Error()))
+		}
 	}
 	return errs
 }

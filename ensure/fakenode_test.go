@@ -3,10 +3,13 @@ package ensure_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"sync"
 
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,6 +27,14 @@ type fakeNode struct {
 	requests  int                          // registry requests
 	sandboxes map[string]string            // sandbox ID -> pod UID
 	statusErr error                        // when set, ImageStatus fails with it (the runtime down)
+	// mirror makes the runtime's pulls go through a mirror that serves
+	// every repository to anyone (a pull-through cache holding the
+	// registry's credentials): its pulls succeed whatever the credential.
+	mirror bool
+	// registryErr, when set, is every registry check's answer (the
+	// registry down); checks counts the checks asked.
+	registryErr error
+	checks      int
 	// afterStatus, when set, runs after each ImageStatus answered, outside
 	// the node's lock: a test's way to make something happen right then.
 	afterStatus func(resp *runtimeapi.ImageStatusResponse)
@@ -134,11 +145,11 @@ func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "%s: not found", ref)
 	}
-	if !n.allowed[named.Name()][cred] {
+	if !n.mirror && !n.allowed[named.Name()][cred] {
 		return nil, status.Errorf(codes.Unknown, "pulling %s: 401 Unauthorized", ref)
 	}
-	if n.local[ref] == nil {
-		n.store(ref, id)
+	if img := n.local[ref]; img == nil || img.Id != id {
+		n.store(ref, id) // the name now stands for what the registry serves
 	}
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
 }
@@ -235,4 +246,40 @@ func (n *fakeNode) setStatusErr(err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.statusErr = err
+}
+
+// Check is the registry's own word (ensure.RegistryCheck): the image's
+// registry, never the mirror, resolves the name for the credential.
+func (n *fakeNode) Check(_ context.Context, r registry.Request) (registry.Result, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.checks++
+	if n.registryErr != nil {
+		return registry.Result{}, n.registryErr
+	}
+	ref := norm(r.Image)
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return registry.Result{}, fmt.Errorf("not a reference: %w", err)
+	}
+	cred := ""
+	if r.Credential != (registry.Credential{}) {
+		cred = r.Credential.Username + ":" + r.Credential.Password
+	}
+	id, ok := n.remote[ref]
+	if !ok || !n.allowed[named.Name()][cred] {
+		return registry.Result{}, &registry.Error{Kind: registry.ErrDenied, Endpoint: "https://registry.test/v2", Reason: "not authorized"}
+	}
+	res := registry.Result{Registry: "registry.test", Endpoint: "https://registry.test/v2", Repository: named.Name(), ConfigDigest: digest.Digest(id),
+		CredentialKind: r.Credential.Kind(), BlobsChecked: 2, Requests: 3}
+	if r.ImageID != "" && r.ImageID != id {
+		return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the tag moved"}
+	}
+	return res, nil
+}
+
+func (n *fakeNode) registryChecks() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.checks
 }

@@ -64,6 +64,11 @@ type GuardOptions struct {
 	// image is shown to ImageStatus (and CreateContainer allowed) when the
 	// pods waiting for it are entitled to it.
 	Pods NodePods
+	// Registry asks an image's own registry for its word on a pull's
+	// credential (Verify, one of InnerInterceptors): a pull is recorded for
+	// a credential only with that word. nil only in tests of the rest:
+	// then the runtime's success stands for it.
+	Registry RegistryCheck
 	// Accounts re-checks service-account re-uses against the token plugins
 	// as they are now; nil means none are configured, and a pull recorded
 	// for a service account is then never re-used.
@@ -87,6 +92,7 @@ type Guard struct {
 	grace    time.Duration
 	pods     NodePods
 	accounts AccountCheck
+	registry RegistryCheck
 
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
@@ -101,7 +107,7 @@ type Guard struct {
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		grants: newGrantTable(), refs: newRefLocks(),
-		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts,
+		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry,
 	}
 	g.writes = &writeHealth{}
 	leftover, err := g.Decider.init(watchedStore{store, g.writes}, policy, rt, opts.Logger)

@@ -47,6 +47,10 @@ type setup struct {
 	clock *testclock.FakeClock
 	// log is what the guard wrote for the operator, debug level included.
 	log *syncBuffer
+	// checked makes the guard ask the fake node's registry for its word on
+	// each pull (GuardOptions.Registry), the verifier innermost, as the
+	// daemon chains it.
+	checked bool
 }
 
 // syncBuffer is a bytes.Buffer safe for the guard's concurrent writes.
@@ -84,10 +88,12 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.GuardOptions{
+	opts := ensure.GuardOptions{
 		Clock:  s.clock,
 		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}); err != nil {
+	}
+	opts.Registry = s.registryCheck()
+	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), opts); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -115,7 +121,7 @@ func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
 			creds = []*runtimeapi.AuthConfig{nil}
 		}
 		for _, c := range creds {
-			resp, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, Auth: c, SandboxConfig: p.sandbox()}, s.node.PullImage)
+			resp, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, Auth: c, SandboxConfig: p.sandbox()}, s.runtimePull)
 			if err == nil {
 				ref = resp.ImageRef
 				break
@@ -137,6 +143,24 @@ func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
 		return deniedCreate
 	}
 	return unexpectedErr
+}
+
+// registryCheck is the guard's registry check: the fake node's registry
+// when the setup is checked, none otherwise.
+func (s *setup) registryCheck() ensure.RegistryCheck {
+	if s.checked {
+		return s.node
+	}
+	return nil
+}
+
+// runtimePull is what the guard's PullImage forwards to: the runtime's
+// pull, behind the registry check when the setup has one.
+func (s *setup) runtimePull(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	if s.checked {
+		return s.guard.VerifyPullImage(ctx, req, s.node.PullImage)
+	}
+	return s.node.PullImage(ctx, req)
 }
 
 // imageStatus is an ImageStatus through the proxy: the guard's filter

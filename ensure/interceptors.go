@@ -20,3 +20,13 @@ func (g *Guard) Interceptors() []criproxy.Interceptor {
 		criproxy.Intercept(criproxy.Status, g.Status),
 	}
 }
+
+// InnerInterceptors returns the guard's innermost hooks, to go after
+// credential injection: the registry check of each try of a pull (Verify),
+// when the guard has a registry check.
+func (g *Guard) InnerInterceptors() []criproxy.Interceptor {
+	if g.registry == nil {
+		return nil
+	}
+	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, g.VerifyPullImage)}
+}

@@ -63,8 +63,14 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
-	ctx, reported := pullreport.With(ctx)
+	ctx, call := pullreport.Start(ctx)
+	if before != "" {
+		call.SetPresent(before)
+	}
 	pulled, err := forward(ctx)
+	if err == nil && g.registry != nil {
+		err = g.checkVerified(ctx, req.Image, pulled, call.Verified())
+	}
 	if err != nil {
 		g.metrics.pulls.WithLabelValues("failure").Inc()
 		g.settleFailedPull(ctx, req.Image, repo, intent, before)
@@ -75,7 +81,7 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	// The record holds the credential that succeeded: a plugin's, when an
 	// inner hook reports one (the request had none, or the registry refused
 	// the request's own), else the request's.
-	if r, ok := reported(); ok {
+	if r, ok := call.Credential(); ok {
 		if r.ServiceAccount != nil {
 			// A token plugin pulled it with the pod's service account.
 			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}}
@@ -145,6 +151,23 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 		return img.ID
 	}
 	return ref
+}
+
+// checkVerified holds a pull that succeeded to the registry's word: the
+// innermost hook (Verify) must have reported that the image's registry
+// resolved the name, for the credential the pull went with, to the image
+// the runtime answered. Without it, nothing is recorded for the
+// credential: the image is tracked as pulled with no verified credential.
+func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *pullreport.Verification) error {
+	switch {
+	case v == nil:
+		g.log.ErrorContext(ctx, "ensure: a pull succeeded with no registry check made; its credential is not recorded (is the guard's inner interceptor installed after credential injection?)", "image", image)
+	case v.ImageID != g.imageID(context.WithoutCancel(ctx), image, pulled):
+		g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
+	default:
+		return nil
+	}
+	return fmt.Errorf("pulling %s: the pull could not be verified at the registry: %w", image, errdefs.ErrUnavailable)
 }
 
 // settleTimeout bounds the question a failed pull asks the runtime.

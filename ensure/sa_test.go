@@ -51,7 +51,7 @@ func newAPISetup(t *testing.T) *apiSetup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins,
+	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins, Registry: s.registryCheck(),
 		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))}); err != nil {
 		t.Fatal(err)
 	}

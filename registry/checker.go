@@ -86,6 +86,12 @@ func New(opts Options) (*Checker, error) {
 	return c, nil
 }
 
+// ValidateVouched checks vouched-for mirrors as Reload and New take them.
+func ValidateVouched(vouched []VouchedMirror) error {
+	_, err := parseVouched(vouched)
+	return err
+}
+
 // Reload validates vouched and, when it is valid, makes it the vouched
 // mirrors of the checks that start from now on (atomically), and has the
 // next check of every registry read its hosts configuration afresh. On an

@@ -84,6 +84,7 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) []boundSe
 	fs.StringVar(&e.ImagePullCredentialsVerificationPolicy, "image-pull-credentials-verification-policy", e.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
 	fs.StringVar(&e.DatabasePath, "ensure-database", e.DatabasePath, "the records database (bbolt)")
 	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root, and --admin-group)")
+	fs.StringVar(&e.RegistryHostsDir, "registry-hosts-dir", e.RegistryHostsDir, "where the node's containerd reads its registries' hosts.toml (its config_path): the registry check asks each image's own registry as it finds it there, never a mirror")
 	fs.StringVar(&e.AdminGroup, "admin-group", e.AdminGroup, "group that may use the records admin socket besides root, a name or a GID (checked on each caller's credentials)")
 	var bound []boundSection
 	for _, s := range optionalSections {

@@ -168,6 +168,7 @@ func (d *daemon) assemble(ctx context.Context) error {
 		}
 	}
 	reloader, err := newReloader(d.opts.Reload, cfg, d.injector, enf.guard, log, d.reg)
+	reloader.registry = enf.registry
 	if err != nil {
 		return err
 	}
@@ -191,12 +192,14 @@ func (d *daemon) assemble(ctx context.Context) error {
 
 // serveCRI adds the CRI server on the proxy's socket, with the
 // interceptors of what is on, outermost first: ensure sees what injection
-// did.
+// did, and its registry check, innermost, sees the credential each try of
+// a pull goes with.
 func (d *daemon) serveCRI(enf *enforcement) error {
 	interceptors := slices.Clone(enf.interceptors)
 	if d.injector != nil {
 		interceptors = append(interceptors, d.injector.Interceptors()...)
 	}
+	interceptors = append(interceptors, enf.inner...)
 	proxy, err := criproxy.New(d.backend, criproxy.Options{Logger: d.log, Registerer: d.reg, Interceptors: interceptors})
 	if err != nil {
 		return err

@@ -19,14 +19,19 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // enforcement is KEP-2535 enforcement as the daemon runs it; the zero
 // value is enforcement off.
 type enforcement struct {
-	guard        *ensure.Guard
-	interceptors []criproxy.Interceptor
-	readyChecks  []monitoring.ReadyFunc
+	guard *ensure.Guard
+	// interceptors are the guard's outer hooks, inner its innermost (the
+	// registry check of each try of a pull), after credential injection.
+	interceptors, inner []criproxy.Interceptor
+	// registry is the registry check, its vouched-for mirrors reloadable.
+	registry    *registry.Checker
+	readyChecks []monitoring.ReadyFunc
 	// admin serves the records admin API; nil when the database cannot be
 	// opened: there is nothing to administer, and the records commands
 	// open the file themselves and report its error.
@@ -50,6 +55,10 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	if err != nil {
 		return nil, err
 	}
+	checker, err := registry.New(registry.Options{HostsDir: e.RegistryHostsDir, Vouched: e.Vouched(), Registerer: d.reg, Logger: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("ensureSecretPulledImages: the registry check: %w", err)
+	}
 	store, err := records.Open(e.DatabasePath, records.Options{})
 	if err != nil {
 		// The proxy is the kubelet's runtime endpoint: refusing to start
@@ -57,15 +66,15 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		d.log.Error("the records database cannot be opened; refusing every image that needs verification",
 			"database", e.DatabasePath, "err", err,
 			"remedy", "Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages), then restart the proxy; see docs/operations.md")
-		guard, err := d.newGuard(ensure.UnavailableStore(err), policy, e)
+		guard, err := d.newGuard(ensure.UnavailableStore(err), policy, e, checker)
 		if err != nil {
 			return nil, err
 		}
 		d.log.Info("ensure secret-pulled images on", ensureAttrs(e, false)...)
-		return newEnforcement(guard, nil), nil
+		return newEnforcement(guard, checker, nil), nil
 	}
 	d.onExit(store.Close)
-	guard, err := d.newGuard(store, policy, e)
+	guard, err := d.newGuard(store, policy, e, checker)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +85,7 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	d.log.Info("ensure secret-pulled images on", append(ensureAttrs(e, true), "adminCallers", callers.String())...)
-	return newEnforcement(guard, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard}, callers, d.log))), nil
+	return newEnforcement(guard, checker, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard}, callers, d.log))), nil
 }
 
 // settleIntents settles the pull intents a crash left, now, or when that
@@ -135,8 +144,8 @@ func adminAPI(l net.Listener, srv *http.Server) *component {
 // newGuard builds the guard over store, with the node's pods when there is
 // an API, and the token plugins to re-check service-account re-uses
 // against (without them such a re-use is never made).
-func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages) (*ensure.Guard, error) {
-	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration}
+func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages, checker *registry.Checker) (*ensure.Guard, error) {
+	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: checker}
 	if d.identity != nil {
 		opts.Pods = d.identity
 	}
@@ -160,10 +169,12 @@ func ensurePolicy(e config.EnsureSecretPulledImages) (ensure.Policy, error) {
 // newEnforcement is what the daemon runs of guard: its interceptors, a
 // readiness check that fails while its records are unavailable, and the
 // admin API, if any.
-func newEnforcement(guard *ensure.Guard, admin *component) *enforcement {
+func newEnforcement(guard *ensure.Guard, checker *registry.Checker, admin *component) *enforcement {
 	return &enforcement{
 		guard:        guard,
 		interceptors: guard.Interceptors(),
+		inner:        guard.InnerInterceptors(),
+		registry:     checker,
 		readyChecks:  []monitoring.ReadyFunc{guard.Ready},
 		admin:        admin,
 	}
@@ -172,5 +183,6 @@ func newEnforcement(guard *ensure.Guard, admin *component) *enforcement {
 func ensureAttrs(e config.EnsureSecretPulledImages, recordsAvailable bool) []any {
 	return []any{"policy", e.ImagePullCredentialsVerificationPolicy, "maxRecordAge", e.MaxRecordAge.Duration,
 		"maxRecordAgeByRepository", len(e.MaxRecordAgeByRepository), "database", e.DatabasePath,
-		"adminSocket", e.AdminSocket, "recordsAvailable", recordsAvailable}
+		"adminSocket", e.AdminSocket, "recordsAvailable", recordsAvailable,
+		"registryHostsDir", e.RegistryHostsDir, "vouchedMirrors", len(e.VouchedMirrors)}
 }

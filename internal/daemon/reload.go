@@ -20,6 +20,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // reloader applies a changed configuration while the daemon serves: on
@@ -41,6 +42,10 @@ type reloader struct {
 	injector *credplugins.Injector // nil: injection off
 	guard    *ensure.Guard         // nil: ensure off
 	log      *slog.Logger
+
+	// registry is the registry check, whose vouched-for mirrors a reload
+	// may change; nil without enforcement.
+	registry *registry.Checker
 
 	reloads *prometheus.CounterVec // result: applied, refused
 	last    prometheus.Gauge       // the time of the last applied configuration
@@ -146,6 +151,14 @@ func (r *reloader) reload() error {
 		}
 		attrs = append(attrs, "providersHash", providers.Hash, "kept", rep.Kept, "changed", rep.Changed, "added", rep.Added, "removed", rep.Removed)
 	}
+	if r.registry != nil {
+		// Checked at load (config validation), so only what no check can
+		// foresee fails here, before anything else is swapped.
+		if err := r.registry.Reload(cfg.EnsureSecretPulledImages.Vouched()); err != nil {
+			return err
+		}
+		attrs = append(attrs, "vouchedMirrors", len(cfg.EnsureSecretPulledImages.VouchedMirrors))
+	}
 	if r.guard != nil {
 		r.guard.SetPolicy(policy)
 		r.guard.SetExpiry(cfg.EnsureSecretPulledImages.Expiry())
@@ -173,6 +186,7 @@ func restartOnly(old, next *config.ProxyConfiguration) []string {
 			delete(e, "preloadedImagesVerificationAllowlist")
 			delete(e, "maxRecordAge")
 			delete(e, "maxRecordAgeByRepository")
+			delete(e, "vouchedMirrors")
 		}
 		return m
 	}

@@ -1,6 +1,10 @@
-// Package pullreport carries, within one PullImage call, which credential
-// an inner interceptor pulled with to the outer ones: credential injection
-// reports the plugin credential that succeeded (and the pod's service
-// account for a token plugin), and ensure records it instead of the
-// request's own. Without With up the chain, Report does nothing.
+// Package pullreport carries what the hooks of one PullImage tell each
+// other. Outwards: credential injection reports the plugin credential that
+// succeeded (and the pod's service account for a token plugin), and the
+// registry check reports the registry's verification of the credential the
+// pull went with; ensure records what they report instead of the
+// request's own credential. Inwards: ensure tells the registry check which
+// image the name stood for on the node, so that a check that finds the
+// same image answers from the node. Without Start up the chain, reports
+// do nothing.
 package pullreport

@@ -22,35 +22,106 @@ type ServiceAccountRef struct {
 	Namespace, Name, UID string
 }
 
+// Verification is the registry's own word on the credential a pull went
+// with: the image's registry (or a mirror the operator vouched for)
+// resolved the name to this image for it, and holds each of its blobs in
+// the repository.
+type Verification struct {
+	ImageID        string // the image the registry's answer is (its config digest)
+	Registry       string // the registry the name names
+	Endpoint       string // who answered: the registry, or a vouched-for mirror
+	Vouched        bool
+	CredentialKind string // anonymous, basic, identity token, registry token
+	ManifestDigest string
+	Blobs          int // blobs checked in the repository
+	Requests       int // requests the check made
+	// FromNode: the image was already on the node; the registry's answer
+	// stood for the pull, and the runtime was not asked to pull.
+	FromNode bool
+}
+
 type pullReportKey struct{}
 
-type pullReport struct {
-	mu   sync.Mutex
-	cred *Credential
+// Call is what the hooks of one PullImage tell each other.
+type Call struct {
+	mu       sync.Mutex
+	cred     *Credential
+	present  string
+	verified *Verification
 }
 
-// With returns a context in which inner hooks can report the
-// credential they pulled with, and a function that returns it once the
-// call is done (false when nothing was reported).
+// Start returns a context in which inner hooks can report to the outer
+// ones, and the Call they report to.
+func Start(ctx context.Context) (context.Context, *Call) {
+	c := &Call{}
+	return context.WithValue(ctx, pullReportKey{}, c), c
+}
+
+// With is Start for a caller that reads only the credential: it returns
+// a function that gives it once the call is done (false when nothing was
+// reported).
 func With(ctx context.Context) (context.Context, func() (Credential, bool)) {
-	r := &pullReport{}
-	return context.WithValue(ctx, pullReportKey{}, r), func() (Credential, bool) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.cred == nil {
-			return Credential{}, false
-		}
-		return *r.cred, true
+	ctx, c := Start(ctx)
+	return ctx, c.Credential
+}
+
+func from(ctx context.Context) *Call {
+	c, _ := ctx.Value(pullReportKey{}).(*Call)
+	return c
+}
+
+// Credential returns the credential reported, false when none was.
+func (c *Call) Credential() (Credential, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cred == nil {
+		return Credential{}, false
+	}
+	return *c.cred, true
+}
+
+// Verified returns the registry's verification reported, nil when none.
+func (c *Call) Verified() *Verification {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.verified
+}
+
+// SetPresent tells the inner hooks which image the name stood for on the
+// node before the pull (it was hidden from this pod): a registry check
+// that finds the same image may answer from the node.
+func (c *Call) SetPresent(imageID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.present = imageID
+}
+
+// Report records, for the outer hooks, the credential a successful pull
+// used. Without Start up the chain it does nothing.
+func Report(ctx context.Context, cred Credential) {
+	if c := from(ctx); c != nil {
+		c.mu.Lock()
+		c.cred = &cred
+		c.mu.Unlock()
 	}
 }
 
-// Report records, for the outer hooks, the credential a
-// successful pull used. Without With up the chain it does
-// nothing.
-func Report(ctx context.Context, c Credential) {
-	if r, ok := ctx.Value(pullReportKey{}).(*pullReport); ok {
-		r.mu.Lock()
-		r.cred = &c
-		r.mu.Unlock()
+// ReportVerified records the registry's verification of the pull's
+// credential. Without Start up the chain it does nothing.
+func ReportVerified(ctx context.Context, v Verification) {
+	if c := from(ctx); c != nil {
+		c.mu.Lock()
+		c.verified = &v
+		c.mu.Unlock()
 	}
+}
+
+// Present is what SetPresent said, "" without it.
+func Present(ctx context.Context) string {
+	if c := from(ctx); c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.present
+	}
+	return ""
 }
