@@ -251,6 +251,10 @@ func (r *Rig) AnonRegistryRequests() ([]RegistryRequest, error) {
 	return readAccessLog(r.registries[1].Log)
 }
 
+// HostsDir is the rig's containerd's registry config_path (certs.d): the
+// proxy's registry check reads the same hosts.toml files.
+func (r *Rig) HostsDir() string { return filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d") }
+
 // AddMirror makes containerd pull the registry name from 127.0.0.1:port
 // (plain HTTP), e.g. a relay in front of the rig's registry.
 func (r *Rig) AddMirror(name string, port int) error {
@@ -315,7 +319,8 @@ func (r *Rig) RunProxy(bin, socket string, extra ...string) (*Proc, error) {
 
 func (r *Rig) runProxy(bin, socket string, env, extra []string) (*Proc, error) {
 	args := append([]string{bin, "serve", "--socket", socket,
-		"--runtime-endpoint", "unix://" + r.ContainerdSock, "--monitoring-address", "-", "--log-level", "debug"}, extra...)
+		"--runtime-endpoint", "unix://" + r.ContainerdSock, "--monitoring-address", "-", "--log-level", "debug",
+		"--registry-hosts-dir", r.HostsDir()}, extra...)
 	r.proxies++
 	log := filepath.Join(r.Dir, fmt.Sprintf("proxy-%d-%s.log", r.proxies, filepath.Base(socket)))
 	return StartProc("cri-image-proxy", log, env, args...)
