@@ -331,6 +331,28 @@ func parsedRepository(repo string) *url.URL {
 	return u
 }
 
+// Applies reports, without running a plugin, whether some provider
+// applies to images of repository ("" when unknown: an image known by ID
+// only, which every provider of the namespace applies to) for namespace
+// ("" is the default namespace). A caller that must do work before it can
+// decide (ask the registry, the runtime) skips it when nothing applies:
+// a namespace without a policy is not slowed down, nor refused when the
+// registry cannot be asked.
+func (e *Engine) Applies(namespace, repository string) bool {
+	set := e.set.Load()
+	ns := namespace
+	if ns == "" {
+		ns = set.config.DefaultNamespace
+	}
+	matching := set.matchingImage(repository)
+	for i, p := range set.providers {
+		if matching[i] && p.match.coversNamespace(ns) {
+			return true
+		}
+	}
+	return false
+}
+
 // Decide asks every provider that applies to the subject (its namespace in
 // the provider's namespaces, its repository in its matchImages, or no
 // repository known) in order, stopping at the first refusal. A verdict

@@ -504,3 +504,36 @@ func TestMetricsRegistered(t *testing.T) {
 		t.Errorf("config info %v", got)
 	}
 }
+
+func TestApplies(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, &Config{DefaultNamespace: "node", Providers: []Provider{
+		testProvider("secure-only", []string{"secure"}, "registry.test"),
+		testProvider("everywhere-example", []string{"*"}, "*.example.com"),
+	}})
+	for _, tc := range []struct {
+		name            string
+		namespace, repo string
+		want            bool
+	}{
+		{"a provider of the namespace matching the repository applies", "secure", "registry.test/app", true},
+		{"none applies to another repository of the namespace", "secure", "docker.io/library/nginx", false},
+		{"none applies to another namespace", "other", "registry.test/app", false},
+		{"a * provider applies to every namespace", "other", "eu.example.com/app", true},
+		{"an unknown repository gets every provider of the namespace", "secure", "", true},
+		{"a * provider applies to an unknown repository of any namespace", "other", "", true},
+		{"no namespace is the default namespace", "", "registry.test/app", false},
+		{"no namespace is the default namespace, with its providers", "", "eu.example.com/app", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := te.Applies(tc.namespace, tc.repo); got != tc.want {
+				t.Errorf("Applies(%q, %q) = %v, want %v", tc.namespace, tc.repo, got, tc.want)
+			}
+		})
+	}
+	for name, f := range te.runners {
+		if f.calls() > 0 {
+			t.Errorf("%s ran: Applies must run no plugin", name)
+		}
+	}
+}
