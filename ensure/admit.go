@@ -40,10 +40,20 @@ func (g *Guard) Admit(ctx context.Context, pod Pod, uses []ImageUse) error {
 }
 
 // admitOne decides one image of a container for pod: nil when it may be
-// used, an error the client sees otherwise.
+// used, an error the client sees otherwise. Ensure decides first, then the
+// image policy, if any, on the same answer of the runtime.
 func (g *Guard) admitOne(ctx context.Context, pod Pod, use ImageUse) error {
-	shown := use.shown()
 	img, repo, err := g.resolve(ctx, use.Image)
+	if err := g.admitEnsure(ctx, pod, use, img, repo, err); err != nil {
+		return err
+	}
+	return g.imagePolicy.admit(ctx, pod, use, img, repo, err)
+}
+
+// admitEnsure is ensure's decision on one image of a container: img as
+// the runtime resolved it (err its error), known as repo.
+func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Image, repo string, err error) error {
+	shown := use.shown()
 	ref := img.ID
 	switch {
 	case err != nil && !runtimeAnswered(err):

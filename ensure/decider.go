@@ -236,9 +236,13 @@ func (d *Decider) repository(image string) (string, bool) {
 // by name really find it by that name (containerd also resolves a name
 // that is an ID prefix).
 func (d *Decider) listedAs(repo string, names ...[]string) bool {
+	return listedAs(&d.names, repo, names...)
+}
+
+func listedAs(parsed *imageref.Names, repo string, names ...[]string) bool {
 	for _, list := range names {
 		for _, r := range list {
-			if name, ok := d.repository(r); ok && name == repo {
+			if n := parsed.Parse(r); n.OK && n.Repository == repo {
 				return true
 			}
 		}
@@ -251,13 +255,17 @@ func (d *Decider) listedAs(repo string, names ...[]string) bool {
 // it cannot be told (a lookup by ID, or a name the image is not listed
 // under).
 func (d *Decider) resolve(ctx context.Context, q ImageQuery) (Image, string, error) {
-	img, ok, err := d.runtime.Image(ctx, q)
+	return resolveImage(ctx, d.runtime, &d.names, q)
+}
+
+func resolveImage(ctx context.Context, rt Runtime, parsed *imageref.Names, q ImageQuery) (Image, string, error) {
+	img, ok, err := rt.Image(ctx, q)
 	if err != nil || !ok {
 		return Image{}, "", err
 	}
 	for _, name := range []string{q.UserSpecified, q.Name} {
-		if r, ok := d.repository(name); ok && d.listedAs(r, img.Names) {
-			return img, r, nil
+		if n := parsed.Parse(name); n.OK && listedAs(parsed, n.Repository, img.Names) {
+			return img, n.Repository, nil
 		}
 	}
 	return img, "", nil

@@ -35,6 +35,20 @@
 // Secrets are never stored: only salted SHA-256 hashes, with a random salt
 // per database.
 //
+// # Image policy (#23)
+//
+// With an ImagePolicy (package imagepolicy), the Guard also decides, after
+// ensure's own decision: each try of a pull on the manifest digest the
+// image's registry resolved for it, before the runtime pulls (Verify; the
+// runtime's image must then be the one the registry answered, so the pull
+// is pinned to that digest, and the verdict is bound to its image ID); and
+// each image a container would see, for the pod's namespace, by the
+// repository it is named or listed under and the repo digest the runtime
+// recorded (Admit). A refusal is PermissionDenied with the policy's short
+// reason; a runtime that cannot answer is Unavailable where a provider
+// applies. With ensure off, PolicyHooks make the same decisions with a
+// registry check and runtime questions of their own (policyhooks.go).
+//
 // # Shape
 //
 // The core speaks plain Go: the Decider (decider.go) decides what the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -151,6 +152,9 @@ func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest
 	if img := n.local[ref]; img == nil || img.Id != id {
 		n.store(ref, id) // the name now stands for what the registry serves
 	}
+	if img := n.local[id]; !slices.Contains(img.RepoDigests, named.Name()+"@"+manifestDigest(id)) {
+		img.RepoDigests = append(img.RepoDigests, named.Name()+"@"+manifestDigest(id))
+	}
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
 }
 
@@ -212,10 +216,21 @@ func (n *fakeNode) registryRequests() int {
 type pod struct {
 	uid   string
 	creds []*runtimeapi.AuthConfig // its pull secrets' credentials, in keyring order
+	// ns is its namespace, "ns" when empty; static makes it a static pod.
+	ns     string
+	static bool
 }
 
 func (p pod) sandbox() *runtimeapi.PodSandboxConfig {
-	return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "pod-" + p.uid, Namespace: "ns", Uid: p.uid}}
+	ns := p.ns
+	if ns == "" {
+		ns = "ns"
+	}
+	sc := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "pod-" + p.uid, Namespace: ns, Uid: p.uid}}
+	if p.static {
+		sc.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+	}
+	return sc
 }
 
 func cred(userPass string) *runtimeapi.AuthConfig {
@@ -270,13 +285,18 @@ func (n *fakeNode) Check(_ context.Context, r registry.Request) (registry.Result
 	if !ok || !n.allowed[named.Name()][cred] {
 		return registry.Result{}, &registry.Error{Kind: registry.ErrDenied, Endpoint: "https://registry.test/v2", Reason: "not authorized"}
 	}
-	res := registry.Result{Registry: "registry.test", Endpoint: "https://registry.test/v2", Repository: named.Name(), ConfigDigest: digest.Digest(id),
+	res := registry.Result{Registry: "registry.test", Endpoint: "https://registry.test/v2", Repository: named.Name(),
+		ManifestDigest: digest.Digest(manifestDigest(id)), ImageManifest: digest.Digest(manifestDigest(id)), ConfigDigest: digest.Digest(id),
 		CredentialKind: r.Credential.Kind(), BlobsChecked: 2, Requests: 3}
 	if r.ImageID != "" && r.ImageID != id {
 		return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the tag moved"}
 	}
 	return res, nil
 }
+
+// manifestDigest is the manifest digest the fake registry serves image id
+// under, and the runtime records as its repo digest.
+func manifestDigest(id string) string { return digest.FromString("manifest of " + id).String() }
 
 func (n *fakeNode) registryChecks() int {
 	n.mu.Lock()

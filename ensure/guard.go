@@ -73,6 +73,10 @@ type GuardOptions struct {
 	// as they are now; nil means none are configured, and a pull recorded
 	// for a service account is then never re-used.
 	Accounts AccountCheck
+	// ImagePolicy, when set, decides each try of a pull on the digest the
+	// registry resolved (Verify), and each image a container would see
+	// (Admit), after ensure's own decision (#23). nil: no image policy.
+	ImagePolicy ImagePolicy
 }
 
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
@@ -93,6 +97,8 @@ type Guard struct {
 	pods     NodePods
 	accounts AccountCheck
 	registry RegistryCheck
+	// imagePolicy is nil without an image policy.
+	imagePolicy *policyGate
 
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
@@ -115,6 +121,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		return nil, err
 	}
 	g.setLeftover(leftover)
+	g.imagePolicy = newPolicyGate(opts.ImagePolicy, &g.names, opts.Logger)
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}

@@ -51,6 +51,8 @@ type setup struct {
 	// each pull (GuardOptions.Registry), the verifier innermost, as the
 	// daemon chains it.
 	checked bool
+	// imagePolicy, when set, is the guard's image policy.
+	imagePolicy ensure.ImagePolicy
 }
 
 // syncBuffer is a bytes.Buffer safe for the guard's concurrent writes.
@@ -93,6 +95,7 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	opts.Registry = s.registryCheck()
+	opts.ImagePolicy = s.imagePolicy
 	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), opts); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 // each try goes with.
 func (g *Guard) VerifyPullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	var forwarded *runtimeapi.PullImageResponse
-	ref, err := g.Verify(ctx, req.GetImage().GetImage(), registryCredential(req.GetAuth()), func(ctx context.Context) (string, error) {
+	ref, err := g.Verify(ctx, req.GetImage().GetImage(), podOf(req.GetSandboxConfig()), registryCredential(req.GetAuth()), func(ctx context.Context) (string, error) {
 		resp, err := next(ctx, req)
 		forwarded = resp
 		return resp.GetImageRef(), err

@@ -40,6 +40,9 @@ type AccountCheck interface {
 // sandbox's metadata); the zero Pod is a call for no pod (crictl, bake).
 type Pod struct {
 	Namespace, Name, UID string
+	// Static: a static pod (the kubelet's config.source annotation), for
+	// image policy plugins.
+	Static bool
 }
 
 // String names the pod for the operator's log.

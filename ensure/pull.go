@@ -144,10 +144,14 @@ func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash 
 // told, the ref is kept: a record under it can only be missed, never
 // match another image.
 func (g *Guard) imageID(ctx context.Context, name, ref string) string {
+	return imageIDOf(ctx, g.runtime, name, ref)
+}
+
+func imageIDOf(ctx context.Context, rt Runtime, name, ref string) string {
 	if imageref.IsID(ref) {
 		return ref
 	}
-	if img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
+	if img, ok, err := rt.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
 		return img.ID
 	}
 	return ref

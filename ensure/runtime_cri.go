@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 )
 
 // criImages is the part of the ImageService the enforcer asks, around the
@@ -86,8 +88,8 @@ func authOf(a *runtimeapi.AuthConfig) Auth {
 
 // podOf is the pod a CRI sandbox config names.
 func podOf(sc *runtimeapi.PodSandboxConfig) Pod {
-	m := sc.GetMetadata()
-	return Pod{Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUid()}
+	p := imagepolicy.PodFromSandbox(sc)
+	return Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Static: p.Static}
 }
 
 // queryOf is a CRI image spec in the enforcer's terms.

@@ -32,20 +32,33 @@ type RegistryCheck interface {
 //     said so) and the registry resolves it, for this credential, to that
 //     same image, with every blob readable in the repository, the pull is
 //     answered from the node: no runtime pull.
+//
 //   - Otherwise the runtime pulls, and the image it pulled must be the one
 //     the registry answered for this credential (else the tag moved in
 //     between, or the runtime got it elsewhere).
+//
 //   - A registry that refuses, or cannot be asked, refuses the try (the
 //     credential injection inside may try the next credential): no record,
 //     the image stays hidden from the pod.
 //
+//   - With an image policy, each try is decided on the manifest digest the
+//     registry resolved, before the runtime pulls (or the node answers);
+//     the runtime's image must then be the one the registry answered, so
+//     the pull is pinned to that digest: a tag moved in between is refused.
+//     The verdict is bound to the image ID the pull produced.
+//
 // forward is the runtime's pull; it returns the image reference it
 // answered. Verify returns the image ID to answer with.
-func (g *Guard) Verify(ctx context.Context, image string, cred registry.Credential, forward Forward) (string, error) {
+func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry.Credential, forward Forward) (string, error) {
 	present := pullreport.Present(ctx)
 	res, err := g.registry.Check(ctx, registry.Request{Image: image, ImageID: present, Credential: cred, Blobs: true})
 	switch {
 	case err == nil && present != "":
+		v, err := g.imagePolicy.pull(ctx, image, pod, cred, res, present)
+		if err != nil {
+			return "", err
+		}
+		g.imagePolicy.bind(v, present)
 		g.reportVerified(ctx, image, res, present, true)
 		return present, nil
 	case err == nil:
@@ -58,6 +71,10 @@ func (g *Guard) Verify(ctx context.Context, image string, cred registry.Credenti
 	default:
 		return "", g.checkFailed(ctx, image, err)
 	}
+	v, err := g.imagePolicy.pull(ctx, image, pod, cred, res, "")
+	if err != nil {
+		return "", err
+	}
 	pulled, err := forward(ctx)
 	if err != nil {
 		return "", err
@@ -68,6 +85,7 @@ func (g *Guard) Verify(ctx context.Context, image string, cred registry.Credenti
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest)
 		return "", fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
+	g.imagePolicy.bind(v, id)
 	g.reportVerified(ctx, image, res, id, false)
 	return pulled, nil
 }
@@ -91,26 +109,40 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 }
 
 // checkFailed is a refused try: the operator's log names the registry and
-// the cause; the pod's owner reads the image as the pod named it and the
-// registry's short reason, nothing of another tenant's.
+// the cause; the pod's owner reads registryRefusal.
 func (g *Guard) checkFailed(ctx context.Context, image string, err error) error {
+	switch {
+	case errors.Is(err, registry.ErrDenied):
+		g.metrics.pulls.WithLabelValues("denied").Inc()
+		g.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
+	case errors.Is(err, registry.ErrMoved):
+		g.log.InfoContext(ctx, "ensure: the registry's answer is not the image", "image", image, "err", err)
+	case errors.Is(err, registry.ErrUnreachable):
+		g.metrics.pulls.WithLabelValues("unverifiable").Inc()
+		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
+	}
+	return registryRefusal(image, err)
+}
+
+// registryRefusal is a registry check that failed, as the client sees it:
+// the image as the pod named it and the registry's short reason, nothing
+// of another tenant's; a refusal is PermissionDenied, a registry that
+// cannot be asked Unavailable, an answer that is not the image Aborted
+// (retry).
+func registryRefusal(image string, err error) error {
 	var rerr *registry.Error
 	reason := "the registry check could not be made"
 	if errors.As(err, &rerr) && rerr.Reason != "" {
 		reason = rerr.Reason
 	}
-	var code error = errdefs.ErrUnavailable
+	var code error
 	switch {
 	case errors.Is(err, registry.ErrDenied):
 		code = errdefs.ErrPermissionDenied
-		g.metrics.pulls.WithLabelValues("denied").Inc()
-		g.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
 	case errors.Is(err, registry.ErrMoved):
 		code = errdefs.ErrAborted
-		g.log.InfoContext(ctx, "ensure: the registry's answer is not the image", "image", image, "err", err)
 	case errors.Is(err, registry.ErrUnreachable):
-		g.metrics.pulls.WithLabelValues("unverifiable").Inc()
-		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
+		code = errdefs.ErrUnavailable
 	default:
 		code = errdefs.ErrInvalidArgument
 	}

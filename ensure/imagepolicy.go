@@ -1,0 +1,229 @@
+package ensure
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
+)
+
+// ImagePolicy decides whether a pod's namespace may use an image (#23);
+// *imagepolicy.Engine is the real one. It is asked at each try of a pull,
+// on the manifest digest the image's registry resolved, before the
+// runtime pulls, and for each image a container would see.
+type ImagePolicy interface {
+	// Decide is the verdict for a subject; a verdict that comes with an
+	// error refuses.
+	Decide(ctx context.Context, s imagepolicy.Subject) (imagepolicy.Verdict, error)
+	// Bind carries a pull's verdict over to the image ID the pull produced.
+	Bind(v imagepolicy.Verdict, imageID string)
+	// Applies reports whether some provider applies to images of
+	// repository ("" unknown) for namespace ("" the default), running no
+	// plugin.
+	Applies(namespace, repository string) bool
+}
+
+// policyGate is image policy on the CRI path, shared by the Guard and, with
+// ensure off, by PolicyHooks. A nil *policyGate is no image policy: it
+// allows everything and asks nothing.
+type policyGate struct {
+	policy ImagePolicy
+	log    *slog.Logger
+	// names parses image names, remembered (the Decider's, for the Guard).
+	names *imageref.Names
+}
+
+// nodePlatform is the platform the runtime pulls and runs: the registry
+// check picks an index's manifest for it (containerd's default), and the
+// plugins are told.
+var nodePlatform = func() *imagepolicy.Platform {
+	p := platforms.DefaultSpec()
+	return &imagepolicy.Platform{OS: p.OS, Architecture: p.Architecture, Variant: p.Variant}
+}()
+
+func newPolicyGate(policy ImagePolicy, names *imageref.Names, log *slog.Logger) *policyGate {
+	if policy == nil {
+		return nil
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &policyGate{policy: policy, log: log, names: names}
+}
+
+// policyPod is the pod as the plugins see it. The service account is not
+// in the CRI; the verdict holds for the namespace.
+func (p Pod) policyPod() imagepolicy.Pod {
+	return imagepolicy.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Static: p.Static}
+}
+
+// repository is the normalized repository image names, "" for an image ID
+// or a name the runtime may take for a prefix of one: what it stands for
+// cannot be told from the name.
+func (p *policyGate) repository(image string) string {
+	if imageref.MayBeIDPrefix(image) {
+		return ""
+	}
+	return p.names.Parse(image).Repository
+}
+
+// pull decides one try of a pull on what the image's registry answered
+// for it: the manifest digest the pull is pinned to (the runtime's image
+// must then be the config the registry answered, or the pull is refused).
+// imageID is the image already on the node the name stands for, if the
+// registry's answer is that image. A refusal is the error the client
+// sees: PermissionDenied with the pod's reason; the operator's reason is
+// in the engine's log.
+func (p *policyGate) pull(ctx context.Context, image string, pod Pod, cred registry.Credential, res registry.Result, imageID string) (imagepolicy.Verdict, error) {
+	if p == nil {
+		return imagepolicy.Verdict{Allowed: true}, nil
+	}
+	s := imagepolicy.Subject{
+		Call: imagepolicy.CallPullImage, Image: image, Repository: p.repository(image), Digest: res.ManifestDigest.String(),
+		ImageID: imageID, Platform: nodePlatform, Pod: pod.policyPod(), Credential: policyCredential(cred),
+	}
+	v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
+	if !v.Allowed {
+		return v, fmt.Errorf("pulling %s: %w", image, v.Err())
+	}
+	return v, nil
+}
+
+// bind carries an allowed pull's verdict over to the image ID it produced.
+func (p *policyGate) bind(v imagepolicy.Verdict, imageID string) {
+	if p != nil {
+		p.policy.Bind(v, imageID)
+	}
+}
+
+// policyCredential is a pull's credential as a plugin may receive it: a
+// username and password only (the engine gives it only to providers
+// allowed to receive it).
+func policyCredential(c registry.Credential) *imagepolicy.Credential {
+	if c.Kind() != registry.KindBasic {
+		return nil
+	}
+	return &imagepolicy.Credential{Username: c.Username, Password: c.Password}
+}
+
+// admit decides one image use of a container for pod: the image (img, as
+// the runtime resolved it, known as repo; resolveErr the runtime's error)
+// must be allowed for the pod's namespace. Fail closed: when the runtime
+// cannot say which image a name stands for, or the name is no image of the
+// node (a checkpoint archive), the use is refused if a policy may apply.
+func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image, repo string, resolveErr error) error {
+	if p == nil {
+		return nil
+	}
+	shown := use.shown()
+	switch {
+	case resolveErr != nil && !runtimeAnswered(resolveErr):
+		if !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
+			return nil
+		}
+		p.log.WarnContext(ctx, "image policy: the runtime cannot answer which image a container uses; refused until it can",
+			"image", shown, "field", use.Field, "pod", pod.String(), "err", resolveErr)
+		return fmt.Errorf("image %q for pod %s: %w: the image policy check could not be made; retry", shown, pod, errdefs.ErrUnavailable)
+	case img.ID == "":
+		// An image volume the runtime does not have is refused by the
+		// runtime itself. A container's image that is no image of the node
+		// may be a checkpoint archive, whose base image cannot be seen.
+		if use.Field != "image" || !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
+			return nil
+		}
+		p.log.InfoContext(ctx, "image policy: container refused: not an image of the node, its image policy cannot be checked",
+			"image", shown, "field", use.Field, "pod", pod.String())
+		return fmt.Errorf("image %q for pod %s: %w: not an image of the node; its image policy cannot be checked", shown, pod, imagepolicy.ErrDenied)
+	}
+	call := imagepolicy.CallCreateContainer
+	if use.Field != "image" {
+		call = imagepolicy.CallImageVolume
+	}
+	s := imagepolicy.Subject{Call: call, Image: shown, ImageID: img.ID, Platform: nodePlatform, Pod: pod.policyPod()}
+	if repo != "" {
+		return p.admitAs(ctx, s, pod, use, repo, img.Names)
+	}
+	// Known by ID (or a name it is not listed under): it is every image it
+	// is listed as, so each repository's providers decide; listed as none,
+	// every provider of the namespace does.
+	decided := false
+	for i, name := range img.Names {
+		r, _ := p.repoAndDigest(name)
+		if r == "" || p.listedBefore(img.Names[:i], r) {
+			continue
+		}
+		decided = true
+		if err := p.admitAs(ctx, s, pod, use, r, img.Names); err != nil {
+			return err
+		}
+	}
+	if !decided {
+		return p.admitAs(ctx, s, pod, use, "", nil)
+	}
+	return nil
+}
+
+// admitAs decides s as an image of repository repo ("" unknown), with the
+// manifest digest the runtime recorded for it among names.
+func (p *policyGate) admitAs(ctx context.Context, s imagepolicy.Subject, pod Pod, use ImageUse, repo string, names []string) error {
+	s.Repository, s.Digest = repo, p.repoDigest(names, repo)
+	v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
+	if v.Allowed {
+		return nil
+	}
+	// The pod's owner reads the image as the pod named it and the
+	// policy's short reason; the engine logged the operator's.
+	return fmt.Errorf("image %q for pod %s: %w", use.shown(), pod, v.Err())
+}
+
+// repositoryOfUse is the repository an image use names, "" when its name
+// may be an image ID.
+func (p *policyGate) repositoryOfUse(use ImageUse) string {
+	for _, name := range []string{use.Image.UserSpecified, use.Image.Name} {
+		if r := p.repository(name); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+// repoDigest is the manifest digest the runtime recorded for repo: a name
+// repo@sha256:... among names; "" when it has none (an imported image).
+func (p *policyGate) repoDigest(names []string, repo string) string {
+	if repo == "" {
+		return ""
+	}
+	for _, name := range names {
+		if r, d := p.repoAndDigest(name); d != "" && r == repo {
+			return d
+		}
+	}
+	return ""
+}
+
+// repoAndDigest splits a name the runtime lists an image under: its
+// repository, and its digest when it is a repo digest.
+func (p *policyGate) repoAndDigest(name string) (repo, digest string) {
+	at := strings.LastIndexByte(name, '@')
+	if at < 0 {
+		return p.repository(name), ""
+	}
+	return p.repository(name[:at]), name[at+1:]
+}
+
+// listedBefore reports whether repo is the repository of one of names.
+func (p *policyGate) listedBefore(names []string, repo string) bool {
+	for _, n := range names {
+		if r, _ := p.repoAndDigest(n); r == repo {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,110 @@
+package ensure
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
+)
+
+// PolicyHooks are image policy's CRI hooks on a proxy that does not
+// enforce ensure (#23): the Guard's image policy decisions, with a
+// registry check and runtime questions of their own, so that every path by
+// which an image reaches a container passes the same decision whether
+// ensure is on or off. A namespace no provider applies to costs nothing:
+// its calls are forwarded without a question to the registry or the
+// runtime.
+type PolicyHooks struct {
+	gate     *policyGate
+	registry RegistryCheck
+	runtime  Runtime
+	log      *slog.Logger
+	names    imageref.Names
+}
+
+// NewPolicyHooks returns the hooks of policy, asking reg for the digest a
+// pull resolves to and rt which image a container uses.
+func NewPolicyHooks(policy ImagePolicy, reg RegistryCheck, rt Runtime, log *slog.Logger) *PolicyHooks {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &PolicyHooks{registry: reg, runtime: rt, log: log}
+	h.gate = newPolicyGate(policy, &h.names, log)
+	return h
+}
+
+// Interceptors are the outer hooks, for criproxy.New: CreateContainer.
+func (h *PolicyHooks) Interceptors() []criproxy.Interceptor {
+	return []criproxy.Interceptor{criproxy.Intercept(criproxy.CreateContainer, h.CreateContainer)}
+}
+
+// InnerInterceptors are the innermost hooks, after credential injection,
+// so that each try of a pull is decided with the credential it goes with:
+// PullImage.
+func (h *PolicyHooks) InnerInterceptors() []criproxy.Interceptor {
+	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, h.PullImage)}
+}
+
+// PullImage decides a try of a pull before the runtime pulls: the image's
+// registry resolves the name (as the node's containerd would, through its
+// hosts.toml) and the verdict is on that manifest digest; the runtime's
+// image must then be the one the registry answered, else the pull is
+// refused (Aborted: the tag moved in between). A registry that cannot be
+// asked refuses the pull when a provider applies.
+func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+	image := req.GetImage().GetImage()
+	pod := podOf(req.GetSandboxConfig())
+	repo := h.gate.repository(image)
+	if repo == "" || !h.gate.policy.Applies(pod.Namespace, repo) {
+		// By ID there is nothing to resolve at a registry: the runtime
+		// refuses or finds it, and CreateContainer decides.
+		return next(ctx, req)
+	}
+	cred := registryCredential(req.GetAuth())
+	res, err := h.registry.Check(ctx, registry.Request{Image: image, Credential: cred})
+	if err != nil {
+		h.log.WarnContext(ctx, "image policy: the image's registry did not resolve the pull; refused", "image", image, "pod", pod.String(), "err", err)
+		return nil, registryRefusal(image, err)
+	}
+	v, err := h.gate.pull(ctx, image, pod, cred, res, "")
+	if err != nil {
+		return nil, err
+	}
+	resp, err := next(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	id := imageIDOf(context.WithoutCancel(ctx), h.runtime, image, resp.GetImageRef())
+	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
+		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved (a tag moved, or the runtime got it elsewhere); refused",
+			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest)
+		return nil, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
+	}
+	h.gate.bind(v, id)
+	return resp, nil
+}
+
+// CreateContainer decides every image the container would see (its image
+// and each image volume, by name, ID or ID prefix) for the pod's namespace.
+func (h *PolicyHooks) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+	if err := createShape(req); err != nil {
+		return nil, err
+	}
+	pod := podOf(req.GetSandboxConfig())
+	if !h.gate.policy.Applies(pod.Namespace, "") {
+		return next(ctx, req) // no provider of the namespace: no runtime question
+	}
+	for _, use := range containerImages(req.GetConfig()) {
+		img, repo, err := resolveImage(ctx, h.runtime, &h.names, use.Image)
+		if err := h.gate.admit(ctx, pod, use, img, repo, err); err != nil {
+			return nil, err
+		}
+	}
+	return next(ctx, req)
+}
