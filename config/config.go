@@ -78,6 +78,25 @@ type ProxyConfiguration struct {
 	// token providers (KEP-4412) need, and with which ensure decisions see
 	// pods' service accounts and pull secrets. Absent: no API.
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+	// ImagePolicy runs image policy plugins (#23): an image is allowed for
+	// a pod's namespace at PullImage, on the digest its registry resolved,
+	// and at CreateContainer, for the image and every image volume.
+	// Absent: no image policy.
+	ImagePolicy *ImagePolicy `json:"imagePolicy,omitempty"`
+}
+
+// ImagePolicy configures image policy plugins.
+type ImagePolicy struct {
+	// Config is the ImagePolicyConfig, a file or a directory of files,
+	// reloaded when it changes.
+	Config string `json:"config"`
+	// BinDir holds the plugin executables.
+	BinDir string `json:"binDir"`
+	// CacheSize bounds the cached verdicts per provider. Default: 4096.
+	CacheSize int `json:"cacheSize,omitempty"`
+	// CachePurgeInterval is how often expired verdicts are dropped from
+	// memory. Default: 1m.
+	CachePurgeInterval metav1.Duration `json:"cachePurgeInterval,omitempty"`
 }
 
 // Kubernetes is how the proxy reaches the API server.
@@ -311,6 +330,14 @@ func (c *ProxyConfiguration) SetDefaults() {
 			k.Burst = DefaultKubernetesBurst
 		}
 	}
+	if ip := c.ImagePolicy; ip != nil {
+		if ip.CacheSize == 0 {
+			ip.CacheSize = DefaultPluginCacheSize
+		}
+		if ip.CachePurgeInterval.Duration == 0 {
+			ip.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
+		}
+	}
 	if cp := c.CredentialProviders; cp != nil {
 		if cp.ExecTimeout.Duration == 0 {
 			cp.ExecTimeout.Duration = DefaultPluginExecTimeout
@@ -415,23 +442,13 @@ func (c *ProxyConfiguration) Validate() error {
 	}
 	if cp := c.CredentialProviders; cp != nil {
 		p := field.NewPath("credentialProviders")
-		for _, f := range []struct{ name, path string }{{"config", cp.Config}, {"binDir", cp.BinDir}} {
-			name, path := f.name, f.path
-			if path == "" {
-				errs = append(errs, field.Required(p.Child(name), "an absolute path"))
-			} else if !filepath.IsAbs(path) {
-				errs = append(errs, field.Invalid(p.Child(name), path, "must be an absolute path"))
-			}
-		}
+		errs = append(errs, validatePlugins(p, cp.Config, cp.BinDir, cp.CacheSize, cp.CachePurgeInterval.Duration)...)
 		if cp.ExecTimeout.Duration < 0 {
 			errs = append(errs, field.Invalid(p.Child("execTimeout"), cp.ExecTimeout.Duration.String(), "must not be negative"))
 		}
-		if cp.CacheSize < 0 {
-			errs = append(errs, field.Invalid(p.Child("cacheSize"), cp.CacheSize, "must not be negative"))
-		}
-		if cp.CachePurgeInterval.Duration < 0 {
-			errs = append(errs, field.Invalid(p.Child("cachePurgeInterval"), cp.CachePurgeInterval.Duration.String(), "must not be negative"))
-		}
+	}
+	if ip := c.ImagePolicy; ip != nil {
+		errs = append(errs, validatePlugins(field.NewPath("imagePolicy"), ip.Config, ip.BinDir, ip.CacheSize, ip.CachePurgeInterval.Duration)...)
 	}
 	errs = append(errs, validateEnsure(field.NewPath("ensureSecretPulledImages"), &c.EnsureSecretPulledImages)...)
 	if k := c.Kubernetes; k != nil {
@@ -449,6 +466,26 @@ func (c *ProxyConfiguration) Validate() error {
 		}
 	}
 	return errs.ToAggregate()
+}
+
+// validatePlugins checks what the plugin sections share: the plugins'
+// configuration and directory, absolute paths, and their cache's bounds.
+func validatePlugins(p *field.Path, config, binDir string, cacheSize int, purge time.Duration) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct{ name, path string }{{"config", config}, {"binDir", binDir}} {
+		if f.path == "" {
+			errs = append(errs, field.Required(p.Child(f.name), "an absolute path"))
+		} else if !filepath.IsAbs(f.path) {
+			errs = append(errs, field.Invalid(p.Child(f.name), f.path, "must be an absolute path"))
+		}
+	}
+	if cacheSize < 0 {
+		errs = append(errs, field.Invalid(p.Child("cacheSize"), cacheSize, "must not be negative"))
+	}
+	if purge < 0 {
+		errs = append(errs, field.Invalid(p.Child("cachePurgeInterval"), purge.String(), "must not be negative"))
+	}
+	return errs
 }
 
 func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList {

@@ -28,6 +28,8 @@ func TestLoad(t *testing.T) {
 		want.CredentialProviders.ExecTimeout.Duration = 30 * time.Second
 		want.CredentialProviders.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
 		want.Kubernetes = &Kubernetes{Kubeconfig: "/etc/cri-image-proxy/kubeconfig", NodeName: "node-a", QPS: 20, Burst: DefaultKubernetesBurst}
+		want.ImagePolicy = &ImagePolicy{Config: "/etc/cri-image-proxy/image-policy.d", BinDir: "/usr/libexec/cri-image-proxy/policy", CacheSize: 512}
+		want.ImagePolicy.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
 		if diff := cmp.Diff(want, c); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
@@ -97,6 +99,12 @@ func TestValidate(t *testing.T) {
 			c.CredentialProviders = &CredentialProviders{Config: "/etc/p.yaml", BinDir: "/bin"}
 			c.CredentialProviders.ExecTimeout.Duration = -1
 		}, []string{"credentialProviders.execTimeout"}},
+		{"image policy needs a config and a bin directory, absolute", func(c *ProxyConfiguration) { c.ImagePolicy = &ImagePolicy{Config: "policy.yaml"} },
+			[]string{"imagePolicy.config: Invalid value", "imagePolicy.binDir: Required value"}},
+		{"image policy's cache bounds must not be negative", func(c *ProxyConfiguration) {
+			c.ImagePolicy = &ImagePolicy{Config: "/etc/p.yaml", BinDir: "/bin", CacheSize: -1}
+			c.ImagePolicy.CachePurgeInterval.Duration = -1
+		}, []string{"imagePolicy.cacheSize", "imagePolicy.cachePurgeInterval"}},
 		{"a relative kubeconfig names the field", func(c *ProxyConfiguration) {
 			c.Kubernetes = &Kubernetes{Kubeconfig: "kubeconfig", NodeName: "n", QPS: 1, Burst: 1}
 		}, []string{"kubernetes.kubeconfig: Invalid value"}},

@@ -16,6 +16,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 )
 
@@ -88,6 +89,14 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 	if cp := cfg.CredentialProviders; cp != nil {
 		pc, err := credplugins.LoadConfig(cp.Config, cp.BinDir)
 		what := "credential providers " + cp.Config
+		if err == nil {
+			what += fmt.Sprintf(" (%d provider(s), hash %s)", len(pc.Providers), pc.Hash)
+		}
+		report(what, err, false)
+	}
+	if ip := cfg.ImagePolicy; ip != nil {
+		pc, err := imagepolicy.LoadConfig(ip.Config, ip.BinDir)
+		what := "image policy " + ip.Config
 		if err == nil {
 			what += fmt.Sprintf(" (%d provider(s), hash %s)", len(pc.Providers), pc.Hash)
 		}

@@ -105,6 +105,13 @@ var optionalSections = []optionalSection{
 			fs.StringVar(&cp.BinDir, "image-credential-provider-bin-dir", cp.BinDir, "the directory of the credential provider plugin executables")
 		},
 	},
+	section[config.ImagePolicy]{
+		field: func(c *config.ProxyConfiguration) **config.ImagePolicy { return &c.ImagePolicy },
+		flags: func(fs *pflag.FlagSet, ip *config.ImagePolicy) {
+			fs.StringVar(&ip.Config, "image-policy-config", ip.Config, "an ImagePolicyConfig (file or directory): image policy plugins allow or refuse images per namespace at pull and at container create")
+			fs.StringVar(&ip.BinDir, "image-policy-bin-dir", ip.BinDir, "the directory of the image policy plugin executables")
+		},
+	},
 	section[config.Kubernetes]{
 		field: func(c *config.ProxyConfiguration) **config.Kubernetes { return &c.Kubernetes },
 		flags: func(fs *pflag.FlagSet, k *config.Kubernetes) {

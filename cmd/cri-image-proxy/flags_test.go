@@ -108,13 +108,14 @@ func TestOptionalSectionsAndTheirFlags(t *testing.T) {
 	}
 	want := [][]string{
 		{"image-credential-provider-bin-dir", "image-credential-provider-config"},
+		{"image-policy-bin-dir", "image-policy-config"},
 		{"kubeconfig", "node-name"},
 		{"secure-monitoring-address", "tls-cert-file", "tls-private-key-file"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sections' flags %v, want %v", got, want)
 	}
-	if cfg.CredentialProviders == nil || cfg.Kubernetes == nil || cfg.Monitoring.Secure == nil {
+	if cfg.CredentialProviders == nil || cfg.ImagePolicy == nil || cfg.Kubernetes == nil || cfg.Monitoring.Secure == nil {
 		t.Errorf("a section was not allocated for its flags: %+v", cfg)
 	}
 }

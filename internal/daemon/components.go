@@ -14,6 +14,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 )
@@ -57,6 +58,16 @@ func newInjector(cp *config.CredentialProviders, identity *podtoken.Source, log 
 		opts.Identity = identity
 	}
 	return credplugins.New(pc, opts)
+}
+
+// newImagePolicy loads the image policy configuration and builds the
+// engine that runs its plugins.
+func newImagePolicy(ip *config.ImagePolicy, log *slog.Logger, reg prometheus.Registerer) (*imagepolicy.Engine, error) {
+	pc, err := imagepolicy.LoadConfig(ip.Config, ip.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	return imagepolicy.New(pc, imagepolicy.Options{CacheSize: ip.CacheSize, Logger: log, Registerer: reg})
 }
 
 // newIdentity connects to the Kubernetes API and starts the node's pod

@@ -18,6 +18,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
@@ -69,6 +70,7 @@ type daemon struct {
 	identity  *podtoken.Source      // nil: no kubernetes section
 	apiConfig *rest.Config          // nil: no kubernetes section
 	injector  *credplugins.Injector // nil: no credentialProviders section
+	policy    *imagepolicy.Engine   // nil: no imagePolicy section
 
 	// components run under one errgroup, and are stopped in the order
 	// they were added.
@@ -161,17 +163,30 @@ func (d *daemon) assemble(ctx context.Context) error {
 		d.background(func(ctx context.Context) { d.injector.Run(ctx, cp.CachePurgeInterval.Duration) })
 		log.Info("credential injection on", "providers", len(d.injector.Config().Providers), "config", cp.Config, "hash", d.injector.Config().Hash)
 	}
+	if ip := cfg.ImagePolicy; ip != nil {
+		if d.policy, err = newImagePolicy(ip, log, d.reg); err != nil {
+			return err
+		}
+		d.background(func(ctx context.Context) { d.policy.Run(ctx, ip.CachePurgeInterval.Duration) })
+		pc := d.policy.Config()
+		log.Info("image policy on", "providers", len(pc.Providers), "config", ip.Config, "hash", pc.Hash, "defaultNamespace", pc.DefaultNamespace)
+	}
 	enf := &enforcement{}
-	if e := cfg.EnsureSecretPulledImages; e.Enabled {
+	switch e := cfg.EnsureSecretPulledImages; {
+	case e.Enabled:
 		if enf, err = d.enforce(ctx, e); err != nil {
+			return err
+		}
+	case d.policy != nil:
+		if enf, err = d.policyOnly(e); err != nil {
 			return err
 		}
 	}
 	reloader, err := newReloader(d.opts.Reload, cfg, d.injector, enf.guard, log, d.reg)
-	reloader.registry = enf.registry
 	if err != nil {
 		return err
 	}
+	reloader.registry, reloader.policy = enf.registry, d.policy
 	d.background(func(ctx context.Context) { reloader.Run(ctx, d.opts.ConfigPath) })
 
 	// Components are stopped in the order they are added: the CRI calls in
@@ -192,8 +207,9 @@ func (d *daemon) assemble(ctx context.Context) error {
 
 // serveCRI adds the CRI server on the proxy's socket, with the
 // interceptors of what is on, outermost first: ensure sees what injection
-// did, and its registry check, innermost, sees the credential each try of
-// a pull goes with.
+// did, and its registry check (and the image policy's decision on the
+// digest the registry resolved), innermost, sees the credential each try
+// of a pull goes with.
 func (d *daemon) serveCRI(enf *enforcement) error {
 	interceptors := slices.Clone(enf.interceptors)
 	if d.injector != nil {

@@ -149,6 +149,10 @@ func TestRunThatCannotStartReleasesWhatItOpened(t *testing.T) {
 			func(c *config.ProxyConfiguration) { c.Monitoring.Address = taken.Addr().String() }, "monitoring address"},
 		{"the CRI socket's path is not a socket, after the admin socket was opened",
 			func(c *config.ProxyConfiguration) { os.WriteFile(c.Socket.Path, []byte("x"), 0o600) }, "not a socket"},
+		{"the image policy configuration does not load",
+			func(c *config.ProxyConfiguration) {
+				c.ImagePolicy = &config.ImagePolicy{Config: filepath.Join(filepath.Dir(c.Socket.Path), "absent.yaml"), BinDir: "/nonexistent"}
+			}, "image policy config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t)

@@ -4,7 +4,9 @@
 // Assembly (daemon.go) builds, in this order: the sockets systemd passed,
 // the connection to the runtime, the Kubernetes API and the node's pods
 // (kubernetes section), the credential injector (credentialProviders),
-// ensure's guard over the records database (ensure.go), the reloader
+// the image policy engine (imagePolicy), ensure's guard over the records
+// database with the image policy in it (ensure.go), or, ensure off, the
+// image policy's own hooks with a registry check of their own, the reloader
 // (reload.go), the CRI server on the proxy's socket, and the monitoring
 // endpoints. Each part that runs is a component, a serve function and a
 // stop function; every socket, listener and file opened is closed when

@@ -22,10 +22,11 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
-// enforcement is KEP-2535 enforcement as the daemon runs it; the zero
-// value is enforcement off.
+// enforcement is KEP-2535 enforcement as the daemon runs it, with the
+// image policy when there is one; with ensure off, the image policy's own
+// hooks alone (policyOnly); the zero value is both off.
 type enforcement struct {
-	guard *ensure.Guard
+	guard *ensure.Guard // nil: ensure off
 	// interceptors are the guard's outer hooks, inner its innermost (the
 	// registry check of each try of a pull), after credential injection.
 	interceptors, inner []criproxy.Interceptor
@@ -146,6 +147,9 @@ func adminAPI(l net.Listener, srv *http.Server) *component {
 // against (without them such a re-use is never made).
 func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages, checker *registry.Checker) (*ensure.Guard, error) {
 	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: checker}
+	if d.policy != nil {
+		opts.ImagePolicy = d.policy
+	}
 	if d.identity != nil {
 		opts.Pods = d.identity
 	}
@@ -159,6 +163,20 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 	}
 	guard.SetExpiry(e.Expiry())
 	return guard, nil
+}
+
+// policyOnly is the image policy on a proxy that does not enforce ensure:
+// its own hooks, with a registry check of their own (the same hosts.toml
+// and vouched-for mirrors as ensure's would use), so that pulls are still
+// decided on the digest the registry resolves and pinned to it.
+func (d *daemon) policyOnly(e config.EnsureSecretPulledImages) (*enforcement, error) {
+	checker, err := registry.New(registry.Options{HostsDir: e.RegistryHostsDir, Vouched: e.Vouched(), Registerer: d.reg, Logger: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("imagePolicy: the registry check: %w", err)
+	}
+	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
+	hooks := ensure.NewPolicyHooks(d.policy, checker, rt, d.log)
+	return &enforcement{interceptors: hooks.Interceptors(), inner: hooks.InnerInterceptors(), registry: checker}, nil
 }
 
 // ensurePolicy is the verification policy e configures.

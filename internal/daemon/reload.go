@@ -20,14 +20,16 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // reloader applies a changed configuration while the daemon serves: on
-// SIGHUP, and when the configuration file, the credential provider
-// configuration (file or directory) or the plugins' directory change. A
-// new configuration is loaded and checked whole (as serve and config
-// validate would) before anything changes; then the credential providers
+// SIGHUP, and when the configuration file, the credential provider or
+// image policy configuration (file or directory) or their plugins'
+// directories change. A new configuration is loaded and checked whole (as
+// serve and config validate would) before anything changes; then the
+// credential providers, the image policy (every cached verdict dropped)
 // and the ensure policy are swapped, each atomically. A configuration that
 // fails, or that changes what only a restart can (the sockets, the
 // runtime, the database, the API, turning a feature on or off), is
@@ -44,8 +46,10 @@ type reloader struct {
 	log      *slog.Logger
 
 	// registry is the registry check, whose vouched-for mirrors a reload
-	// may change; nil without enforcement.
+	// may change; nil without enforcement or image policy.
 	registry *registry.Checker
+	// policy is the image policy; nil without an imagePolicy section.
+	policy *imagepolicy.Engine
 
 	reloads *prometheus.CounterVec // result: applied, refused
 	last    prometheus.Gauge       // the time of the last applied configuration
@@ -106,6 +110,9 @@ func (r *reloader) hash(cfg *config.ProxyConfiguration) string {
 	if r.injector != nil {
 		h.Write([]byte(r.injector.Config().Hash))
 	}
+	if r.policy != nil {
+		h.Write([]byte(r.policy.Config().Hash))
+	}
 	return fmt.Sprintf("sha256:%x", h.Sum(nil))[:19] // "sha256:" and 12 hex digits: enough to tell configurations apart
 }
 
@@ -137,6 +144,12 @@ func (r *reloader) reload() error {
 			return err
 		}
 	}
+	var imagePolicy *imagepolicy.Config
+	if ip := cfg.ImagePolicy; ip != nil {
+		if imagePolicy, err = imagepolicy.LoadConfig(ip.Config, ip.BinDir); err != nil {
+			return err
+		}
+	}
 	var policy ensure.Policy
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
 		if policy, err = ensurePolicy(e); err != nil {
@@ -150,6 +163,12 @@ func (r *reloader) reload() error {
 			return err
 		}
 		attrs = append(attrs, "providersHash", providers.Hash, "kept", rep.Kept, "changed", rep.Changed, "added", rep.Added, "removed", rep.Removed)
+	}
+	if r.policy != nil {
+		if err := r.policy.Reload(imagePolicy); err != nil {
+			return err
+		}
+		attrs = append(attrs, "imagePolicyHash", imagePolicy.Hash, "imagePolicyProviders", len(imagePolicy.Providers))
 	}
 	if r.registry != nil {
 		// Checked at load (config validation), so only what no check can
@@ -170,16 +189,19 @@ func (r *reloader) reload() error {
 }
 
 // restartOnly names what differs between the configurations outside what
-// a reload applies: the credential provider configuration and plugins'
-// directory, and the ensure policy, its allowlist and the record expiry.
+// a reload applies: the credential provider and image policy
+// configurations and plugins' directories, and the ensure policy, its
+// allowlist and the record expiry.
 func restartOnly(old, next *config.ProxyConfiguration) []string {
 	strip := func(c *config.ProxyConfiguration) map[string]any {
 		var m map[string]any
 		b, _ := json.Marshal(c)
 		_ = json.Unmarshal(b, &m)
-		if cp, ok := m["credentialProviders"].(map[string]any); ok {
-			delete(cp, "config")
-			delete(cp, "binDir")
+		for _, section := range []string{"credentialProviders", "imagePolicy"} {
+			if cp, ok := m[section].(map[string]any); ok {
+				delete(cp, "config")
+				delete(cp, "binDir")
+			}
 		}
 		if e, ok := m["ensureSecretPulledImages"].(map[string]any); ok {
 			delete(e, "imagePullCredentialsVerificationPolicy")
@@ -255,22 +277,37 @@ func (r *reloader) watch(w *fsnotify.Watcher, configPath string) {
 }
 
 // watched are the directories of the configuration file, the provider
-// configuration (a file's directory, or the directory itself) and the
-// plugins' directory.
+// and image policy configurations (a file's directory, or the directory
+// itself) and their plugins' directories.
 func (r *reloader) watched(configPath string) []string {
 	var dirs []string
 	if configPath != "" {
 		dirs = append(dirs, filepath.Dir(configPath))
 	}
-	if cp := r.current.CredentialProviders; cp != nil {
-		if fi, err := os.Stat(cp.Config); err == nil && fi.IsDir() {
-			dirs = append(dirs, cp.Config)
+	for _, pc := range r.pluginConfigs() {
+		if fi, err := os.Stat(pc.config); err == nil && fi.IsDir() {
+			dirs = append(dirs, pc.config)
 		} else {
-			dirs = append(dirs, filepath.Dir(cp.Config))
+			dirs = append(dirs, filepath.Dir(pc.config))
 		}
-		dirs = append(dirs, cp.BinDir)
+		dirs = append(dirs, pc.binDir)
 	}
 	return dirs
+}
+
+// pluginConfig is where a plugin section's configuration and plugins are.
+type pluginConfig struct{ config, binDir string }
+
+// pluginConfigs are those of the configuration in use.
+func (r *reloader) pluginConfigs() []pluginConfig {
+	var out []pluginConfig
+	if cp := r.current.CredentialProviders; cp != nil {
+		out = append(out, pluginConfig{cp.Config, cp.BinDir})
+	}
+	if ip := r.current.ImagePolicy; ip != nil {
+		out = append(out, pluginConfig{ip.Config, ip.BinDir})
+	}
+	return out
 }
 
 // relevant reports whether a change of path can change the configuration.
@@ -278,10 +315,11 @@ func (r *reloader) relevant(path, configPath string) bool {
 	if configPath != "" && filepath.Clean(path) == filepath.Clean(configPath) {
 		return true
 	}
-	cp := r.current.CredentialProviders
-	if cp == nil {
-		return false
-	}
 	dir := filepath.Dir(path)
-	return filepath.Clean(path) == filepath.Clean(cp.Config) || dir == filepath.Clean(cp.Config) || dir == filepath.Clean(cp.BinDir)
+	for _, pc := range r.pluginConfigs() {
+		if filepath.Clean(path) == filepath.Clean(pc.config) || dir == filepath.Clean(pc.config) || dir == filepath.Clean(pc.binDir) {
+			return true
+		}
+	}
+	return false
 }

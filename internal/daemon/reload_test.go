@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ func TestRestartOnly(t *testing.T) {
 		c := config.Default()
 		c.CredentialProviders = &config.CredentialProviders{Config: "/etc/providers.yaml", BinDir: "/usr/libexec/plugins"}
 		c.EnsureSecretPulledImages.Enabled = true
+		c.ImagePolicy = &config.ImagePolicy{Config: "/etc/image-policy.d", BinDir: "/usr/libexec/policy"}
 		c.SetDefaults()
 		return c
 	}
@@ -34,6 +37,10 @@ func TestRestartOnly(t *testing.T) {
 		{"the provider configuration and plugins' directory are applied by a reload", func(c *config.ProxyConfiguration) {
 			c.CredentialProviders.Config, c.CredentialProviders.BinDir = "/etc/other.yaml", "/opt/plugins"
 		}, ""},
+		{"the image policy configuration and plugins' directory are applied by a reload", func(c *config.ProxyConfiguration) {
+			c.ImagePolicy.Config, c.ImagePolicy.BinDir = "/etc/other-policy.yaml", "/opt/policy"
+		}, ""},
+		{"turning the image policy off needs a restart", func(c *config.ProxyConfiguration) { c.ImagePolicy = nil }, "imagePolicy"},
 		{"the socket needs a restart", func(c *config.ProxyConfiguration) { c.Socket.Path = "/run/other.sock" }, "socket"},
 		{"the shutdown timeout needs a restart", func(c *config.ProxyConfiguration) { c.ShutdownTimeout.Duration = time.Minute }, "shutdownTimeout"},
 		{"the plugins' cache size needs a restart", func(c *config.ProxyConfiguration) { c.CredentialProviders.CacheSize = 7 }, "credentialProviders"},
@@ -108,5 +115,69 @@ func TestTheLastReloadsResultIsAGauge(t *testing.T) {
 		if got := testutil.ToFloat64(r.lastOK); got != step.want {
 			t.Errorf("%s: config_last_reload_successful = %v, want %v", step.name, got, step.want)
 		}
+	}
+}
+
+// TestReloadAppliesTheImagePolicy: a reload loads the image policy
+// configuration anew and swaps it in (config_info's hash follows); a
+// configuration that does not load is refused, and the engine keeps the
+// one it has.
+func TestReloadAppliesTheImagePolicy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "policy.yaml")
+	write := func(namespace string) {
+		t.Helper()
+		data := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ImagePolicyConfig\nproviders:\n" +
+			"  - {name: policy, apiVersion: imagepolicy.cri-image-proxy.io/v1alpha1, matchImages: [registry.test], namespaces: [" + namespace + "]}\n"
+		if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("secure")
+	cur := config.Default()
+	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+	cur.SetDefaults()
+	engine, err := newImagePolicy(cur.ImagePolicy, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, nil }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.policy = engine
+	before := r.hash(cur)
+	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
+		t.Fatal("the engine does not have the first configuration")
+	}
+	write("payments")
+	if err := r.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if !engine.Applies("payments", "registry.test/app") || engine.Applies("secure", "registry.test/app") {
+		t.Errorf("the reload did not apply the new image policy")
+	}
+	if r.hash(cur) == before {
+		t.Errorf("config_info's hash did not follow the image policy's content")
+	}
+	if err := os.WriteFile(file, []byte("providers: [{name: nope}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload("test"); err == nil {
+		t.Fatal("a configuration that does not load was applied")
+	}
+	if !engine.Applies("payments", "registry.test/app") {
+		t.Errorf("a refused reload changed the engine's configuration")
+	}
+	if !r.relevant(file, "") || !r.relevant(filepath.Join(bin, "policy"), "") {
+		t.Errorf("changes of the image policy's file or plugins are not watched")
 	}
 }
