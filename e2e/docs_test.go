@@ -17,7 +17,8 @@ import (
 )
 
 // TestMetricsAreDocumented scrapes a daemon with every feature on, after a
-// pull through credential injection, an ensure decision and a reload, and
+// pull through credential injection, an ensure decision, an image policy
+// decision and a reload, and
 // checks that docs/operations.md documents each metric it exports (and
 // marks its histograms), and that every metric the shipped alerts and
 // dashboard (deploy/monitoring) query is one it exports.
@@ -33,8 +34,8 @@ func TestMetricsAreDocumented(t *testing.T) {
 	}
 	plugins := newPluginSetup(t, map[string]string{"docs-creds": "alice:" + rig.Users["alice"]})
 	mon := freeAddr(t)
-	p := startEnsureProxy(t, "docs", "--monitoring-address", mon, "--kubeconfig", kubeconfig, "--node-name", nodeName,
-		"--image-credential-provider-config", plugins.config, "--image-credential-provider-bin-dir", plugins.binDir)
+	p := startEnsureProxy(t, "docs", append([]string{"--monitoring-address", mon, "--kubeconfig", kubeconfig, "--node-name", nodeName,
+		"--image-credential-provider-config", plugins.config, "--image-credential-provider-bin-dir", plugins.binDir}, allowAllPolicy(t, "docs")...)...)
 	img := testRig.Registry + "/" + rig.TeamBImage
 	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
 	tn := newTenant(t, "docs-tenant", "")

@@ -125,12 +125,18 @@ func stripNumbers(s string) string { return numbers.ReplaceAllString(s, "N") }
 // podConfig writes a crictl pod sandbox config and returns its path.
 func podConfig(t *testing.T, name, uid string, hostNetwork bool) string {
 	t.Helper()
+	return podConfigIn(t, "e2e", name, uid, hostNetwork)
+}
+
+// podConfigIn is podConfig of a pod in namespace.
+func podConfigIn(t *testing.T, namespace, name, uid string, hostNetwork bool) string {
+	t.Helper()
 	logDir := filepath.Join(testRig.Dir, "pod-logs", name)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cfg := map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 1},
+		"metadata":      map[string]any{"name": name, "namespace": namespace, "uid": uid, "attempt": 1},
 		"log_directory": logDir,
 		"linux":         map[string]any{},
 	}
