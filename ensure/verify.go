@@ -103,13 +103,11 @@ func (g *Guard) checkFailed(ctx context.Context, image string, err error) error 
 	switch {
 	case errors.Is(err, registry.ErrDenied):
 		code = errdefs.ErrPermissionDenied
-		g.metrics.pulls.WithLabelValues("denied").Inc()
 		g.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
 	case errors.Is(err, registry.ErrMoved):
 		code = errdefs.ErrAborted
 		g.log.InfoContext(ctx, "ensure: the registry's answer is not the image", "image", image, "err", err)
 	case errors.Is(err, registry.ErrUnreachable):
-		g.metrics.pulls.WithLabelValues("unverifiable").Inc()
 		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
 	default:
 		code = errdefs.ErrInvalidArgument
