@@ -104,6 +104,9 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	} else {
 		g.settlePulled(req.Image)
 	}
+	if v := call.Verified(); v != nil {
+		g.verifications.note(ref, repo, *v, g.clock.Now())
+	}
 	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
 	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
 	return pulled, nil
