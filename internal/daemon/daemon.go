@@ -168,10 +168,10 @@ func (d *daemon) assemble(ctx context.Context) error {
 		}
 	}
 	reloader, err := newReloader(d.opts.Reload, cfg, d.injector, enf.guard, log, d.reg)
-	reloader.registry = enf.registry
 	if err != nil {
 		return err
 	}
+	reloader.registry = enf.registry
 	d.background(func(ctx context.Context) { reloader.Run(ctx, d.opts.ConfigPath) })
 
 	// Components are stopped in the order they are added: the CRI calls in
