@@ -164,7 +164,8 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *pullreport.Verification) error {
 	switch {
 	case v == nil:
-		g.log.ErrorContext(ctx, "ensure: a pull succeeded with no registry check made; its credential is not recorded (is the guard's inner interceptor installed after credential injection?)", "image", image)
+		g.log.ErrorContext(ctx, "ensure: a pull succeeded with no registry check made; its credential is not recorded", "image", image,
+			"remedy", "install the guard's inner interceptors (Guard.InnerInterceptors) after credential injection")
 	case v.ImageID != g.imageID(context.WithoutCancel(ctx), image, pulled):
 		g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
 	default:

@@ -64,8 +64,8 @@ func (g *Guard) Verify(ctx context.Context, image string, cred registry.Credenti
 	}
 	id := g.imageID(context.WithoutCancel(ctx), image, pulled)
 	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
-		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered for the credential (a tag moved, or the runtime got it elsewhere); it is not recorded for this credential",
-			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest)
+		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
+			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return "", fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
 	g.reportVerified(ctx, image, res, id, false)
