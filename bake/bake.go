@@ -26,13 +26,13 @@ type ImageService interface {
 	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
 }
 
-// Options configure Pull.
 // Credentials completes a pull, as the proxy's credential injection does:
 // *credplugins.Injector is the real one.
 type Credentials interface {
 	PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error)
 }
 
+// Options configure Pull.
 type Options struct {
 	// Parallel bounds the pulls at a time; 0 means 4.
 	Parallel int

@@ -30,6 +30,7 @@ func measurements(o options) []measurement {
 		injectionScenarios(),                 // inject.go
 		ensureScenarios(),                    // ensure.go
 		[]measurement{registryCheckScenario}, // registrycheck.go
+		pullCostScenarios(),                  // pullcost.go
 		tokenScenarios(),                     // token.go
 		[]measurement{
 			listImagesScenario, // scenarios.go

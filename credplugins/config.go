@@ -70,7 +70,7 @@ type TokenAttributes struct {
 	OptionalServiceAccountAnnotationKeys []string
 }
 
-// configScheme decodes the three versions of the kubelet's
+// configCodecs decodes the three versions of the kubelet's
 // CredentialProviderConfig strictly: an unknown or misspelt field, or
 // tokenAttributes in a version that has none, is an error.
 var configCodecs = func() serializer.CodecFactory {

@@ -30,7 +30,7 @@ func (in *Injector) Interceptors() []criproxy.Interceptor {
 // of Lookup directly. Candidates are tried in order, username and password
 // only, server_address left empty (containerd drops or rejects an auth
 // whose address is not the host it contacts, mirrors included), until one
-// succeeds, which is reported (criproxy.ReportPullCredential) so that the
+// succeeds, which is reported (pullreport.Report) so that the
 // record holds the credential that succeeded. With no candidate, a request
 // with auth gets the runtime's own error, one without is pulled
 // anonymously. When every try fails, the error lists what was tried, never

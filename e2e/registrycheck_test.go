@@ -91,6 +91,9 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 		if log := p.proc.LogText(); !strings.Contains(log, "the registry verified the credential") || !strings.Contains(log, fmt.Sprintf("127.0.0.1:%d", regPort)) {
 			t.Errorf("the decision log does not say the registry (127.0.0.1:%d) verified A's credential", regPort)
 		}
+		if out, err := p.records(t, "explain", imgA); err != nil || !strings.Contains(out, "verified:") || !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d", regPort)) || !strings.Contains(out, "basic credential") {
+			t.Errorf("records explain does not say which endpoint verified A's credential, and how: %v\n%s", err, out)
+		}
 	})
 	for _, b := range []tenant{bob, bobWrong} {
 		t.Run("B ("+b.name+") is refused although the mirror would serve it, and the runtime never pulls", func(t *testing.T) {

@@ -37,7 +37,7 @@ type Decider struct {
 	pending *pendingTable
 	// unrecorded are images pulled through the proxy whose record could
 	// not be written: until a restart settles their intents, they count as
-	// pulled with no verified credential (see PullImage).
+	// pulled with no verified credential (see Pull).
 	unrecorded *pendingTable
 	log        *slog.Logger
 	// names remembers parsed image names.

@@ -16,9 +16,16 @@
 //   - PullImage: right after such a hide, a request whose credential (salted
 //     hash of its auth, or service account) is already verified for the image
 //     and repository gets the image's ID at once, with no registry traffic.
-//     Anything else is forwarded (the registry checks the credential) and, on
-//     success, the credential is added to the record and committed before the
-//     answer. Every allowed pull grants the pod (sandbox UID) the image.
+//     Anything else goes on under a durable intent to the registry check
+//     (Verify, the innermost hook, after credential injection): the image's
+//     own registry, never a mirror unless vouched for, must resolve the name
+//     for the credential the try goes with to the image, each blob readable
+//     in the repository. An image already on the node is then answered from
+//     the node; otherwise the runtime pulls and must get that image. Only
+//     then is the credential added to the record, committed before the
+//     answer. Whatever way a pull ends, an image the runtime holds afterwards
+//     is recorded or tracked as pulled with no verified credential. Every
+//     allowed pull grants the pod (sandbox UID) the image.
 //   - CreateContainer: refused with PermissionDenied when any image the
 //     container would see (its image, and the image of every image volume
 //     mount, config.mounts[].image; by name, ID or ID prefix) needs

@@ -104,8 +104,8 @@ func (d *Decider) fresh(imageRef, repo string, keys ...string) (ok bool, why str
 	}
 	if future {
 		if d.futureLogged.CompareAndSwap(false, true) {
-			d.log.Warn("a record has a verification time in the future (the clock was set back?); such credentials are verified again",
-				"imageRef", imageRef, "repository", repo, "now", now)
+			d.log.Warn("a record has a verification time in the future; its credentials are verified again",
+				"imageRef", imageRef, "repository", repo, "now", now, "remedy", "check whether the node's clock was set back")
 		}
 		return false, fmt.Sprintf("verified at a time in the future for %s: it must be verified again", repo)
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // Explanation says what the guard decides for an image and a pod, and why.
@@ -27,6 +29,20 @@ type Explanation struct {
 	PodGranted  bool   `json:"podGranted"`
 
 	Verdict string `json:"verdict"`
+
+	// Verifications are the registry's last word on the credentials the
+	// daemon recorded for the image, by repository: which endpoint
+	// answered (the registry, or a vouched-for mirror), with which kind of
+	// credential, and how many blobs it checked. Known to the daemon only,
+	// in memory, since its start.
+	Verifications []Verification `json:"verifications,omitempty"`
+}
+
+// Verification is the registry's word on one recorded credential.
+type Verification struct {
+	Repository string `json:"repository"`
+	pullreport.Verification
+	At time.Time `json:"at"`
 }
 
 // Explain tells what the core decides for image (a name or an image ID)
@@ -38,7 +54,11 @@ func (d *Decider) Explain(ctx context.Context, image, podUID string) (*Explanati
 
 // Explain is the Decider's, with the pod's in-memory grant.
 func (g *Guard) Explain(ctx context.Context, image, podUID string) (*Explanation, error) {
-	return g.Decider.explain(ctx, image, podUID, g.grants.has)
+	e, err := g.Decider.explain(ctx, image, podUID, g.grants.has)
+	if err == nil && e.ImageRef != "" {
+		e.Verifications = g.verifications.of(e.ImageRef)
+	}
+	return e, err
 }
 
 // explain is Explain; granted, when the caller knows the grants, tells

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cri-image-proxy/cri-image-proxy/registry"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // fakeNode is containerd and a registry, as far as the guard can tell: a

@@ -88,7 +88,9 @@ type Guard struct {
 	grants *grantTable
 	// writes follows the records database's writes (the store is wrapped).
 	writes *writeHealth
-	hidden *hideTable
+	// verifications are the registry's last words, for records explain.
+	verifications *verificationTable
+	hidden        *hideTable
 	// refs order a pull's record against RemoveImage's forget.
 	refs     *refLocks
 	metrics  *metrics
@@ -116,6 +118,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry,
 	}
 	g.writes = &writeHealth{}
+	g.verifications = newVerificationTable(4096)
 	leftover, err := g.Decider.init(watchedStore{store, g.writes}, policy, rt, opts.Logger)
 	if err != nil {
 		return nil, err

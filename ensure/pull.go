@@ -104,6 +104,9 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	} else {
 		g.settlePulled(req.Image)
 	}
+	if v := call.Verified(); v != nil {
+		g.verifications.note(ref, repo, *v, g.clock.Now())
+	}
 	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
 	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
 	return pulled, nil
@@ -165,7 +168,8 @@ func imageIDOf(ctx context.Context, rt Runtime, name, ref string) string {
 func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *pullreport.Verification) error {
 	switch {
 	case v == nil:
-		g.log.ErrorContext(ctx, "ensure: a pull succeeded with no registry check made; its credential is not recorded (is the guard's inner interceptor installed after credential injection?)", "image", image)
+		g.log.ErrorContext(ctx, "ensure: a pull succeeded with no registry check made; its credential is not recorded", "image", image,
+			"remedy", "install the guard's inner interceptors (Guard.InnerInterceptors) after credential injection")
 	case v.ImageID != g.imageID(context.WithoutCancel(ctx), image, pulled):
 		g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
 	default:

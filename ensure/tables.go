@@ -1,8 +1,12 @@
 package ensure
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // grantTable holds, in memory, which pod (sandbox UID) may use which image
@@ -191,4 +195,40 @@ func (p *pendingTable) has(repo string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.n[repo] > 0
+}
+
+// verificationTable remembers, per image and repository, the registry's
+// last word on a recorded credential, for records explain. Bounded: past
+// its bound it forgets everything and starts again.
+type verificationTable struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]map[string]Verification // image ID -> repository -> last
+}
+
+func newVerificationTable(max int) *verificationTable {
+	return &verificationTable{max: max, m: map[string]map[string]Verification{}}
+}
+
+func (v *verificationTable) note(imageRef, repo string, w pullreport.Verification, at time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m[imageRef] == nil {
+		if len(v.m) >= v.max {
+			clear(v.m)
+		}
+		v.m[imageRef] = map[string]Verification{}
+	}
+	v.m[imageRef][repo] = Verification{Repository: repo, Verification: w, At: at}
+}
+
+func (v *verificationTable) of(imageRef string) []Verification {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []Verification
+	for _, w := range v.m[imageRef] {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b Verification) int { return strings.Compare(a.Repository, b.Repository) })
+	return out
 }

@@ -81,8 +81,8 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 	}
 	id := g.imageID(context.WithoutCancel(ctx), image, pulled)
 	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
-		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered for the credential (a tag moved, or the runtime got it elsewhere); it is not recorded for this credential",
-			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest)
+		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
+			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return "", fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
 	g.imagePolicy.bind(v, id)
@@ -113,12 +113,10 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 func (g *Guard) checkFailed(ctx context.Context, image string, err error) error {
 	switch {
 	case errors.Is(err, registry.ErrDenied):
-		g.metrics.pulls.WithLabelValues("denied").Inc()
 		g.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
 	case errors.Is(err, registry.ErrMoved):
 		g.log.InfoContext(ctx, "ensure: the registry's answer is not the image", "image", image, "err", err)
 	case errors.Is(err, registry.ErrUnreachable):
-		g.metrics.pulls.WithLabelValues("unverifiable").Inc()
 		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
 	}
 	return registryRefusal(image, err)

@@ -69,6 +69,10 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 		if got := s.start(pod{uid: "b9", creds: podBOwn.creds}, private, "IfNotPresent"); got != running || s.node.registryChecks() != checks+1 {
 			t.Errorf("B's second pod: %s, %d more checks; want a re-use from the record", got, s.node.registryChecks()-checks-1)
 		}
+		e, err := s.guard.Explain(context.Background(), private, "")
+		if err != nil || len(e.Verifications) != 1 || e.Verifications[0].Endpoint != "https://registry.test/v2" || !e.Verifications[0].FromNode {
+			t.Errorf("explain does not say which endpoint verified the last credential: %+v, %v", e, err)
+		}
 	})
 	t.Run("a tag moved since the image came: the runtime pulls the new image, recorded for the credential", func(t *testing.T) {
 		t.Parallel()

@@ -13,7 +13,8 @@ import (
 )
 
 // Runtime defaults, used unless GOGC or GOMAXPROCS is set in the
-// environment. Both come from `make bench` on a 2-core node (see README).
+// environment. Both come from `make bench` on a 2-core node (see
+// docs/benchmarks.md, "The runtime defaults").
 const (
 	// The proxy keeps a small heap and allocates per call, so the default
 	// target (100) collects very often; 300 cut its CPU per pass-through

@@ -427,6 +427,14 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			} else {
 				fmt.Fprintf(out, "record:      none\n")
 			}
+			for _, v := range e.Verifications {
+				by := "the registry"
+				if v.Vouched {
+					by = "a mirror vouched for"
+				}
+				fmt.Fprintf(out, "verified:    %s at %s by %s (%s), %s credential, %d blobs checked, %d requests\n",
+					v.Repository, v.At.Format("2006-01-02T15:04:05Z07:00"), by, v.Endpoint, v.CredentialKind, v.Blobs, v.Requests)
+			}
 			fmt.Fprintf(out, "check:       %s\n", e.Result)
 			if podUID != "" {
 				if e.GrantsKnown {

@@ -226,7 +226,7 @@ func (d *daemon) serveCRI(enf *enforcement) error {
 		return err
 	}
 	if sock.Activated {
-		d.log.Info("the CRI socket is systemd's (socket activation): calls made during a restart wait for the next instance", "socket", path)
+		d.log.Info("the CRI socket is systemd's (socket activation): calls during a restart wait for the next instance", "socket", path)
 	}
 	for p := range d.activated {
 		if !d.taken[p] {
