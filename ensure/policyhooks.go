@@ -82,8 +82,8 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 	}
 	id := imageIDOf(context.WithoutCancel(ctx), h.runtime, image, resp.GetImageRef())
 	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
-		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved (a tag moved, or the runtime got it elsewhere); refused",
-			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest)
+		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved; refused",
+			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return nil, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
 	h.gate.bind(v, id)
