@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -404,6 +405,17 @@ func TestImagePolicy(t *testing.T) {
 				if r := crictl(t, ep, "pull", images["keyless-signed"]); r.Err != nil {
 					t.Errorf("a signed image without a pod: %v\n%s", r.Err, r.Stderr)
 				}
+			})
+			t.Run("records explain --namespace says what the policy decides and has cached", func(t *testing.T) {
+				if !slices.Contains(mode.flags, "--ensure-secret-pulled-images") {
+					t.Skip("n/a: the admin socket is ensure's")
+				}
+				out, err := exec.Command(proxyBin, "records", "explain", images["key-signed"], "--namespace", "secure",
+					"--admin-socket", filepath.Join(ps.dir, "admin.sock"), "--runtime-endpoint", direct()).CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "sigstore-image-policy: applies=true") || !strings.Contains(string(out), "allowed: cached by every provider") {
+					t.Errorf("records explain: %v\n%s", err, out)
+				}
+				t.Logf("records explain:\n%s", out)
 			})
 			t.Run("plugin faults are refused under Fail, allowed under Ignore, and the daemon keeps serving", func(t *testing.T) {
 				for _, fault := range []string{"crash", "hang", "garbage", "other-version"} {

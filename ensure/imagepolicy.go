@@ -2,6 +2,7 @@ package ensure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -147,12 +148,28 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 		call = imagepolicy.CallImageVolume
 	}
 	s := imagepolicy.Subject{Call: call, Image: shown, ImageID: img.ID, Platform: nodePlatform, Pod: pod.policyPod()}
+	return p.eachRepository(img, repo, func(repo, digest string) error {
+		s.Repository, s.Digest = repo, digest
+		v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
+		if v.Allowed {
+			return nil
+		}
+		// The pod's owner reads the image as the pod named it and the
+		// policy's short reason; the engine logged the operator's.
+		return fmt.Errorf("image %q for pod %s: %w", shown, pod, v.Err())
+	})
+}
+
+// eachRepository calls f for each repository img is decided as, with the
+// manifest digest the runtime recorded for it ("" when none), until f
+// fails: repo when the image is known under it; else (known by ID, or by a
+// name it is not listed under) every repository it is listed under, as it
+// is each of those images; listed under none, "" once, and every provider
+// of the namespace applies.
+func (p *policyGate) eachRepository(img Image, repo string, f func(repo, digest string) error) error {
 	if repo != "" {
-		return p.admitAs(ctx, s, pod, use, repo, img.Names)
+		return f(repo, p.repoDigest(img.Names, repo))
 	}
-	// Known by ID (or a name it is not listed under): it is every image it
-	// is listed as, so each repository's providers decide; listed as none,
-	// every provider of the namespace does.
 	decided := false
 	for i, name := range img.Names {
 		r, _ := p.repoAndDigest(name)
@@ -160,27 +177,14 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 			continue
 		}
 		decided = true
-		if err := p.admitAs(ctx, s, pod, use, r, img.Names); err != nil {
+		if err := f(r, p.repoDigest(img.Names, r)); err != nil {
 			return err
 		}
 	}
 	if !decided {
-		return p.admitAs(ctx, s, pod, use, "", nil)
+		return f("", "")
 	}
 	return nil
-}
-
-// admitAs decides s as an image of repository repo ("" unknown), with the
-// manifest digest the runtime recorded for it among names.
-func (p *policyGate) admitAs(ctx context.Context, s imagepolicy.Subject, pod Pod, use ImageUse, repo string, names []string) error {
-	s.Repository, s.Digest = repo, p.repoDigest(names, repo)
-	v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
-	if v.Allowed {
-		return nil
-	}
-	// The pod's owner reads the image as the pod named it and the
-	// policy's short reason; the engine logged the operator's.
-	return fmt.Errorf("image %q for pod %s: %w", use.shown(), pod, v.Err())
 }
 
 // repositoryOfUse is the repository an image use names, "" when its name
@@ -226,4 +230,61 @@ func (p *policyGate) listedBefore(names []string, repo string) bool {
 		}
 	}
 	return false
+}
+
+// PolicyExplainer says what an image policy would decide, running no
+// plugin; *imagepolicy.Engine is one.
+type PolicyExplainer interface {
+	Explain(s imagepolicy.Subject) imagepolicy.Explanation
+}
+
+// PolicyExplanation is what the image policy would decide for an image
+// used by a container of a namespace, for each repository it is decided
+// as (records explain --namespace).
+type PolicyExplanation struct {
+	Image    string            `json:"image"`
+	ImageRef string            `json:"imageRef,omitempty"`
+	Present  bool              `json:"present"`
+	As       []PolicyDecidedAs `json:"as"`
+}
+
+// PolicyDecidedAs is the image decided as one repository.
+type PolicyDecidedAs struct {
+	Repository  string                  `json:"repository,omitempty"`
+	Digest      string                  `json:"digest,omitempty"`
+	Explanation imagepolicy.Explanation `json:"explanation"`
+}
+
+// ErrNoImagePolicy: the daemon runs no image policy.
+var ErrNoImagePolicy = errors.New("the daemon runs no image policy (no imagePolicy section)")
+
+// ExplainPolicy tells what the image policy would decide for a container
+// of namespace using image (a name, an image ID or a prefix of one), as
+// the runtime resolves it, and what each provider has cached; it runs no
+// plugin and changes nothing.
+func (g *Guard) ExplainPolicy(ctx context.Context, image, namespace string) (*PolicyExplanation, error) {
+	if g.imagePolicy == nil {
+		return nil, ErrNoImagePolicy
+	}
+	ex, ok := g.imagePolicy.policy.(PolicyExplainer)
+	if !ok {
+		return nil, ErrNoImagePolicy
+	}
+	x := &PolicyExplanation{Image: image}
+	img, repo, err := g.resolve(ctx, ImageQuery{Name: image})
+	if err != nil && !runtimeAnswered(err) {
+		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
+	}
+	x.ImageRef, x.Present = img.ID, img.ID != ""
+	if !x.Present {
+		// As a pull would name it: by its repository, with no digest yet.
+		img, repo = Image{}, g.imagePolicy.repository(image)
+	}
+	s := imagepolicy.Subject{Call: imagepolicy.CallCreateContainer, Image: image, ImageID: img.ID, Platform: nodePlatform, Pod: imagepolicy.Pod{Namespace: namespace}}
+	_ = g.imagePolicy.eachRepository(img, repo, func(repo, digest string) error {
+		s.Repository, s.Digest = repo, digest
+		x.As = append(x.As, PolicyDecidedAs{Repository: repo, Digest: digest, Explanation: ex.Explain(s)})
+		return nil
+	})
+	return x, nil
 }

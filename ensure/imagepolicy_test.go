@@ -415,7 +415,22 @@ providers:
 	if got := s.start(podSecure2, signedImage, "IfNotPresent"); got != running || countRuns() != 1 {
 		t.Errorf("a second pod of the namespace: %s, %d runs; want the cached verdict", got, countRuns())
 	}
+	for _, tc := range []struct{ image, namespace, want string }{
+		{signedImage, "secure", "allowed: cached by every provider"},
+		{refSigned, "secure", "allowed: cached by every provider"},
+		{signedImage, "payments", "not cached: a decision runs allow-all"},
+		{signedImage, "other", "allowed: no provider applies"},
+	} {
+		x, err := s.guard.ExplainPolicy(context.Background(), tc.image, tc.namespace)
+		if err != nil || len(x.As) != 1 || !strings.Contains(x.As[0].Explanation.Verdict, tc.want) ||
+			x.As[0].Repository != "registry.test/public/signed" || x.As[0].Digest != manifestDigest(refSigned) {
+			t.Errorf("explain %s for %s: %+v, %v; want %q", tc.image, tc.namespace, x, err, tc.want)
+		}
+	}
 	if err := s.create(pod{uid: "p1", ns: "payments"}, refSigned, signedImage); err != nil || countRuns() != 2 {
 		t.Errorf("another namespace's create: %v, %d runs; want the plugin asked once more", err, countRuns())
+	}
+	if countRuns() != 2 {
+		t.Errorf("explain ran the plugin")
 	}
 }

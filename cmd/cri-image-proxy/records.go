@@ -402,7 +402,7 @@ func checkFormat(format string, args []string) error {
 }
 
 func (f *recordsFlags) explainCmd() *cobra.Command {
-	var podUID string
+	var podUID, namespace string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "explain IMAGE", Short: "Say what the proxy decides for an image and a pod, and why", Args: cobra.ExactArgs(1),
 		RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
@@ -410,9 +410,19 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var pe *ensure.PolicyExplanation
+			if namespace != "" {
+				if pe, err = a.ExplainPolicy(ctx, args[0], namespace); err != nil {
+					return err
+				}
+			}
 			if asJSON {
+				if pe != nil {
+					return printJSON(out, map[string]any{"ensure": e, "imagePolicy": pe})
+				}
 				return printJSON(out, e)
 			}
+			defer printPolicyExplanation(out, pe)
 			fmt.Fprintf(out, "image:       %s\n", e.Image)
 			fmt.Fprintf(out, "present:     %v %s\n", e.Present, e.ImageRef)
 			fmt.Fprintf(out, "repository:  %s\n", orDash(e.Repository))
@@ -447,8 +457,33 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			return nil
 		})}
 	cmd.Flags().StringVar(&podUID, "pod-uid", "", "the pod (sandbox metadata UID) to decide for")
+	cmd.Flags().StringVar(&namespace, "namespace", "", "also say what the daemon's image policy decides for a container of this namespace, and what it has cached")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printPolicyExplanation prints what the image policy would decide, one
+// block per repository the image is decided as; nothing for nil.
+func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
+	if pe == nil {
+		return
+	}
+	for _, as := range pe.As {
+		x := as.Explanation
+		fmt.Fprintf(out, "image policy: namespace %s, repository %s, digest %s (config %s)\n", x.Namespace, orDash(as.Repository), orDash(as.Digest), x.ConfigHash)
+		for _, p := range x.Providers {
+			line := fmt.Sprintf("  %s: applies=%v, %s", p.Provider, p.Applies, p.Why)
+			if c := p.Cached; c != nil {
+				what := "allowed"
+				if !c.Allowed {
+					what = "refused"
+				}
+				line += fmt.Sprintf("; cached: %s until %s: %s", what, c.CachedUntil.Format(time.RFC3339), c.Reason)
+			}
+			fmt.Fprintln(out, line)
+		}
+		fmt.Fprintf(out, "  verdict: %s\n", x.Verdict)
+	}
 }
 
 func (f *recordsFlags) revokeCmd() *cobra.Command {

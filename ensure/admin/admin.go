@@ -65,6 +65,9 @@ type Service interface {
 	RevokeServiceAccount(ctx context.Context, namespace, name string) (RevokeResult, error)
 	GC(ctx context.Context) (GCResult, error)
 	Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error)
+	// ExplainPolicy says what the daemon's image policy would decide for a
+	// container of namespace using image; only the daemon holds it.
+	ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error)
 	Resolve(ctx context.Context, image string) (string, error)
 }
 
@@ -84,12 +87,19 @@ type Daemon interface {
 	GC(ctx context.Context) (records, grants int, err error)
 }
 
+// Policy is the daemon's image policy (*ensure.Guard): its verdicts are in
+// its memory.
+type Policy interface {
+	ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error)
+}
+
 // Local works on a Store directly, with the Core for the decisions (nil
-// without a runtime to ask) and, in the daemon, the Daemon.
+// without a runtime to ask) and, in the daemon, the Daemon and its Policy.
 type Local struct {
 	Store  *records.Store
 	Core   Core
 	Daemon Daemon // nil outside the daemon
+	Policy Policy // nil outside the daemon
 	Now    func() time.Time
 }
 
@@ -183,6 +193,13 @@ func (l *Local) Explain(ctx context.Context, image, podUID string) (*ensure.Expl
 		return nil, errors.New("explain needs the container runtime")
 	}
 	return l.Core.Explain(ctx, image, podUID)
+}
+
+func (l *Local) ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error) {
+	if l.Policy == nil {
+		return nil, errors.New("the image policy's verdicts are in the daemon's memory: explain --namespace needs the daemon")
+	}
+	return l.Policy.ExplainPolicy(ctx, image, namespace)
 }
 
 func (l *Local) Resolve(ctx context.Context, image string) (string, error) {
@@ -322,6 +339,10 @@ func NewHandler(a Service) http.Handler {
 		v, err := a.Explain(r.Context(), r.URL.Query().Get("image"), r.URL.Query().Get("podUID"))
 		reply(w, v, err)
 	})
+	mux.HandleFunc("GET /v1/explain-policy", func(w http.ResponseWriter, r *http.Request) {
+		v, err := a.ExplainPolicy(r.Context(), r.URL.Query().Get("image"), r.URL.Query().Get("namespace"))
+		reply(w, v, err)
+	})
 	mux.HandleFunc("GET /v1/resolve", func(w http.ResponseWriter, r *http.Request) {
 		v, err := a.Resolve(r.Context(), r.URL.Query().Get("image"))
 		reply(w, map[string]string{"imageRef": v}, err)
@@ -416,6 +437,11 @@ func (c *Client) GC(ctx context.Context) (GCResult, error) {
 func (c *Client) Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error) {
 	var v ensure.Explanation
 	return &v, c.do(ctx, "GET", "/v1/explain", url.Values{"image": {image}, "podUID": {podUID}}, &v)
+}
+
+func (c *Client) ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error) {
+	var v ensure.PolicyExplanation
+	return &v, c.do(ctx, "GET", "/v1/explain-policy", url.Values{"image": {image}, "namespace": {namespace}}, &v)
 }
 
 func (c *Client) Resolve(ctx context.Context, image string) (string, error) {

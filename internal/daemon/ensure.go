@@ -86,7 +86,7 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	d.log.Info("ensure secret-pulled images on", append(ensureAttrs(e, true), "adminCallers", callers.String())...)
-	return newEnforcement(guard, checker, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard}, callers, d.log))), nil
+	return newEnforcement(guard, checker, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard, Policy: guard}, callers, d.log))), nil
 }
 
 // settleIntents settles the pull intents a crash left, now, or when that
