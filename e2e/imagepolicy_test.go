@@ -51,15 +51,26 @@ var faultPlugins = map[string]string{
 // policySetup is what the image policy tests sign with and verify against:
 // a key the test generated, sigstore-go's test signing authority, the
 // reference plugin and the fault plugins in one bin directory, the
-// plugin's policy (namespaces secure and node-pulls require a signature
-// by the key or the CI identity), and the proxy's ImagePolicyConfig.
+// plugin's policy (its namespaces require a signature by the key or the CI
+// identity), and the proxy's ImagePolicyConfig.
 type policySetup struct {
 	dir, binDir, config string
 	key, otherKey       *signtest.Key
 	authority           *signtest.Authority
 }
 
-func newPolicySetup(t *testing.T) *policySetup {
+// policyOptions say which namespaces require a signature.
+type policyOptions struct {
+	// namespaces require a signature, for images of the rig's registries.
+	namespaces []string
+	// defaultNamespace is that of pulls without a pod; "": none.
+	defaultNamespace string
+	// faults adds a provider of each of faultPlugins, for namespace
+	// fault-NAME (Ignore for crash-ignored, else Fail), 2s timeout.
+	faults bool
+}
+
+func newPolicySetup(t *testing.T, o policyOptions) *policySetup {
 	t.Helper()
 	plugin, err := buildSigstorePlugin()
 	if err != nil {
@@ -91,13 +102,14 @@ func newPolicySetup(t *testing.T) *policySetup {
 	if err != nil {
 		t.Fatal(err)
 	}
+	namespaces := "[" + strings.Join(o.namespaces, ", ") + "]"
 	// The test authority issues certificates without SCTs.
 	policy := ps.write(t, "sigstore-policy.yaml", `apiVersion: config.cri-image-proxy.io/v1alpha1
 kind: SigstoreImagePolicy
 trustedRoot: `+ps.write(t, "trusted_root.json", string(root), 0o644)+`
 policies:
-  - name: secure-signed
-    namespaces: [secure, node-pulls]
+  - name: signed
+    namespaces: `+namespaces+`
     authorities:
       - name: release-key
         key: {path: `+ps.write(t, "release.pub", string(ps.key.PublicKeyPEM()), 0o644)+`}
@@ -108,18 +120,22 @@ policies:
 `, 0o644)
 	registries := fmt.Sprintf("[%q, %q]", testRig.AnonRegistry, testRig.Registry)
 	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: config.cri-image-proxy.io/v1alpha1
-kind: ImagePolicyConfig
-defaultNamespace: node-pulls
-providers:
+	b.WriteString("apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ImagePolicyConfig\n")
+	if o.defaultNamespace != "" {
+		fmt.Fprintf(&b, "defaultNamespace: %s\n", o.defaultNamespace)
+	}
+	fmt.Fprintf(&b, `providers:
   - name: sigstore-image-policy
     apiVersion: imagepolicy.cri-image-proxy.io/v1alpha1
     matchImages: %s
-    namespaces: [secure, node-pulls]
+    namespaces: %s
     sendCredentials: true
     args: ["--policy", %q]
-`, registries, policy)
+`, registries, namespaces, policy)
 	for _, name := range []string{"crash", "hang", "garbage", "other-version", "crash-ignored"} {
+		if !o.faults {
+			break
+		}
 		failure := "Fail"
 		if name == "crash-ignored" {
 			failure = "Ignore"
@@ -269,8 +285,10 @@ func refusedByPolicy(t *testing.T, what string, r rig.Result, reason string) {
 // keeps serving.
 func TestImagePolicy(t *testing.T) {
 	needRig(t)
-	ps := newPolicySetup(t)
-	anon := func(digested string) string { return testRig.AnonRegistry + strings.TrimPrefix(digested, testRig.Registry) }
+	ps := newPolicySetup(t, policyOptions{namespaces: []string{"secure", "node-pulls"}, defaultNamespace: "node-pulls", faults: true})
+	anon := func(digested string) string {
+		return testRig.AnonRegistry + strings.TrimPrefix(digested, testRig.Registry)
+	}
 	tagOf := func(digested, tag string) string { name, _, _ := strings.Cut(digested, "@"); return name + ":" + tag }
 
 	// Public images (the registry's anonymous view of the same storage),

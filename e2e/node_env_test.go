@@ -28,6 +28,8 @@ type nodeEnv struct {
 	proxy    *ensureProxy
 	nsA, nsB string
 	plugins  pluginSetup
+	// policy is the proxy's image policy (node_policy_test.go).
+	policy *policySetup
 	// kubeconfig is the proxy's: the node's own identity, as the kubelet's.
 	kubeconfig string
 	// mon is the proxy's monitoring address.
@@ -95,14 +97,15 @@ func newNodeEnv(t *testing.T, k *kuberig.Kube, v kubeletVariant, images []string
 	}
 
 	e.plugins = nodePlugins(t, testRig.Registry+"/"+e.repository())
+	e.policy = nodePolicy(t, v)
 	kubeconfig, err := k.WriteKubeconfig(kuberig.NodeUser)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.kubeconfig = kubeconfig
 	e.mon = freeAddr(t)
-	e.proxy = startEnsureProxy(t, "node-"+v.id, "--kubeconfig", kubeconfig, "--monitoring-address", e.mon, "--node-name", kuberig.NodeName,
-		"--image-credential-provider-config", e.plugins.config, "--image-credential-provider-bin-dir", e.plugins.binDir)
+	e.proxy = startEnsureProxy(t, "node-"+v.id, append([]string{"--kubeconfig", kubeconfig, "--monitoring-address", e.mon, "--node-name", kuberig.NodeName,
+		"--image-credential-provider-config", e.plugins.config, "--image-credential-provider-bin-dir", e.plugins.binDir}, e.policy.flags()...)...)
 	e.node, err = kuberig.StartNode(testRig, k, kuberig.KubeletOptions{Bin: bin, CRIEndpoint: e.proxy.ep, FeatureGates: v.gates})
 	if err != nil {
 		t.Fatal(err)

@@ -85,6 +85,7 @@ var nodeScenarios = []nodeScenario{
 	doctorScenario,          // 17
 	daemonSetScenario,       // 18, node_daemonset_test.go
 	kubeletFormatScenario,   // 19, node_records_test.go
+	staticPodPolicyScenario, // 20, node_policy_test.go
 }
 
 // title is the scenario's subtest name and row: its number, then its name.

@@ -101,6 +101,9 @@ func StartNode(r *rig.Rig, k *Kube, opts KubeletOptions) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(n.StaticPodPath(), 0o755); err != nil {
+		return nil, err
+	}
 	cfg, err := n.kubeletConfig(opts)
 	if err != nil {
 		return nil, err
@@ -160,6 +163,10 @@ func (n *Node) Resume(endpoint string) error {
 	}
 	return n.start()
 }
+
+// StaticPodPath is the kubelet's staticPodPath: a pod manifest written
+// there runs as a static pod.
+func (n *Node) StaticPodPath() string { return filepath.Join(n.Dir, "manifests") }
 
 // RootDir is the kubelet's --root-dir (its KEP-2535 records are under
 // image_manager).
@@ -227,6 +234,9 @@ func (n *Node) kubeletConfig(opts KubeletOptions) ([]byte, error) {
 		"fileCheckFrequency":          "10s",
 		"nodeStatusUpdateFrequency":   "10s",
 		"serializeImagePulls":         false,
+		// Static pods: manifest files the kubelet runs with no API object
+		// (a mirror pod shows their status).
+		"staticPodPath": n.StaticPodPath(),
 	}
 	if len(opts.FeatureGates) > 0 {
 		cfg["featureGates"] = opts.FeatureGates
