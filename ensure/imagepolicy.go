@@ -212,14 +212,15 @@ func (p *policyGate) repoDigest(names []string, repo string) string {
 	return ""
 }
 
-// repoAndDigest splits a name the runtime lists an image under: its
-// repository, and its digest when it is a repo digest.
+// repoAndDigest splits a name the runtime lists an image under (a
+// normalized reference, never an ID): its repository, and its digest when
+// it is a repo digest.
 func (p *policyGate) repoAndDigest(name string) (repo, digest string) {
 	at := strings.LastIndexByte(name, '@')
 	if at < 0 {
-		return p.repository(name), ""
+		return p.names.Parse(name).Repository, ""
 	}
-	return p.repository(name[:at]), name[at+1:]
+	return p.names.Parse(name[:at]).Repository, name[at+1:]
 }
 
 // listedBefore reports whether repo is the repository of one of names.
