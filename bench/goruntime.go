@@ -221,7 +221,7 @@ func (e *benchEnv) mixedSegment(a *goRuntimeArm, d time.Duration) mixedSegment {
 	go func() { defer timedWG.Done(); s.status = runSegment(imageStatusCall(a.cc, e.ensure.public), 1, d, nil) }()
 	go func() {
 		defer timedWG.Done()
-		s.create = runSegment(createContainerCall(a, e.ensure.public), 1, d, nil)
+		s.create = runSegment(createContainerCall(a.cc, a.podID, a.podCfg, e.ensure.public), 1, d, nil)
 	}()
 	timedWG.Wait()
 	cancel()
@@ -231,14 +231,14 @@ func (e *benchEnv) mixedSegment(a *goRuntimeArm, d time.Duration) mixedSegment {
 	return s
 }
 
-// createContainerCall times a CreateContainer in a's sandbox, then removes
-// the container untimed.
-func createContainerCall(a *goRuntimeArm, image string) call {
-	rt := runtimeapi.NewRuntimeServiceClient(a.cc)
+// createContainerCall times a CreateContainer through cc in the sandbox
+// podID (of podCfg), then removes the container untimed.
+func createContainerCall(cc *grpc.ClientConn, podID string, podCfg *runtimeapi.PodSandboxConfig, image string) call {
+	rt := runtimeapi.NewRuntimeServiceClient(cc)
 	n := 0
 	return timed(func(ctx context.Context) (time.Duration, error) {
 		n++
-		req := &runtimeapi.CreateContainerRequest{PodSandboxId: a.podID, SandboxConfig: a.podCfg, Config: &runtimeapi.ContainerConfig{
+		req := &runtimeapi.CreateContainerRequest{PodSandboxId: podID, SandboxConfig: podCfg, Config: &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("c%d", n)}, Image: &runtimeapi.ImageSpec{Image: image},
 			Command: []string{"true"}, Linux: &runtimeapi.LinuxContainerConfig{}}}
 		t := time.Now()

@@ -126,6 +126,7 @@ type benchEnv struct {
 	monitoring             string // the proxy's monitoring address, when profiling
 	inject                 *injectEnv
 	ensure                 *ensureEnv
+	policy                 *policyEnv
 	token                  *tokenEnv
 	extraProxies           []*rig.Proc
 }
@@ -211,6 +212,7 @@ func (e *benchEnv) setUp(parts []part) error {
 }
 
 func (e *benchEnv) close() {
+	e.closePolicy()
 	for _, c := range []*grpc.ClientConn{e.direct, e.proxied, e.bare1} {
 		if c != nil {
 			c.Close()

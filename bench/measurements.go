@@ -31,6 +31,7 @@ func measurements(o options) []measurement {
 		ensureScenarios(),                    // ensure.go
 		[]measurement{registryCheckScenario}, // registrycheck.go
 		pullCostScenarios(),                  // pullcost.go
+		policyScenarios(),                    // imagepolicy.go
 		tokenScenarios(),                     // token.go
 		[]measurement{
 			listImagesScenario, // scenarios.go
@@ -61,6 +62,10 @@ const (
 	// kubeAPI: kube-apiserver and etcd, and two proxies with the token
 	// plugin (token.go).
 	kubeAPI
+	// policyProxy: a proxy enforcing ensure with an image policy, the
+	// reference plugin and signed images (imagepolicy.go); after
+	// ensureProxies, whose public image it signs.
+	policyProxy
 )
 
 // setUpPart sets up a part; they are set up in the order of the constants.
@@ -68,6 +73,7 @@ var setUpPart = map[part]func(*benchEnv) error{
 	injectionProxies: (*benchEnv).setUpInjection,
 	ensureProxies:    (*benchEnv).setUpEnsure,
 	kubeAPI:          (*benchEnv).setUpToken,
+	policyProxy:      (*benchEnv).setUpPolicy,
 }
 
 // selectMeasurements keeps those whose name contains only ("": all), and

@@ -27,8 +27,8 @@ func pullCostScenarios() []measurement {
 			return scenario{
 				conc: 1,
 				arms: []arm{
-					{name: "direct PullImage of a new image", call: freshPullCall(e, e.direct, pool), cpu: []string{"containerd"}},
-					{name: "ensure: the registry check, then the runtime's pull", call: freshPullCall(e, ee.small, pool), cpu: []string{"proxy-ensure-100"}},
+					{name: "direct PullImage of a new image", call: freshPullCall(e, e.direct, pool, nil), cpu: []string{"containerd"}},
+					{name: "ensure: the registry check, then the runtime's pull", call: freshPullCall(e, ee.small, pool, nil), cpu: []string{"proxy-ensure-100"}},
 				},
 				notes: func(r *result) string {
 					return fmt.Sprintf("the registry check adds %s (p50) to a pull of a new image that takes %s: %.2fx",
@@ -66,9 +66,10 @@ func (e *benchEnv) freshImages(host string, n int) ([]string, error) {
 }
 
 // freshPullCall makes calls that each pull the next image of pool through
-// cc with alice's credential, timed alone, then remove it from the node
-// (untimed), so that the next use of it is a new pull again.
-func freshPullCall(e *benchEnv, cc *grpc.ClientConn, pool []string) call {
+// cc with alice's credential (for pod, when not nil), timed alone, then
+// remove it from the node (untimed), so that the next use of it is a new
+// pull again.
+func freshPullCall(e *benchEnv, cc *grpc.ClientConn, pool []string, pod *runtimeapi.PodSandboxConfig) call {
 	var next atomic.Int64
 	c := runtimeapi.NewImageServiceClient(cc)
 	rm := runtimeapi.NewImageServiceClient(e.direct)
@@ -78,7 +79,7 @@ func freshPullCall(e *benchEnv, cc *grpc.ClientConn, pool []string) call {
 		}
 		img := pool[int(next.Add(1)-1)%len(pool)]
 		start := time.Now()
-		_, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: img}, Auth: aliceAuth})
+		_, err := c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: img}, Auth: aliceAuth, SandboxConfig: pod})
 		took := time.Since(start)
 		if err != nil {
 			return 0, err
