@@ -3,19 +3,27 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/signtest"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // policyEnv is what the image policy scenarios (#23) need: a proxy
@@ -33,6 +41,8 @@ type policyEnv struct {
 	policyPodCfg, ensurePodCfg *runtimeapi.PodSandboxConfig
 	// pool are new signed images, for the pulls.
 	pool []string
+	// config and binDir are the proxy's image policy configuration.
+	config, binDir string
 }
 
 // The namespaces of the image policy scenarios.
@@ -98,7 +108,7 @@ providers:
 	if err := signtest.SignWithKey(ctx, ref.Context().Name()+"@"+desc.Digest.String(), key, signer); err != nil {
 		return err
 	}
-	pe := &policyEnv{}
+	pe := &policyEnv{config: config, binDir: bin}
 	for i := range 24 {
 		repo := fmt.Sprintf("bench-policy/app-%d", i)
 		d, err := e.rig.PushBusybox(repo+":v1", fmt.Sprintf("policy %d", i))
@@ -180,9 +190,9 @@ func policyScenarios() []measurement {
 					{name: "ensure, no image policy", call: createContainerCall(e.ensure.small, pe.ensurePod, pe.ensurePodCfg, e.ensure.public), cpu: []string{"proxy-ensure-100"}},
 					{name: "ensure and sigstore-image-policy, verdict cached", call: createContainerCall(pe.cc, pe.policyPod, pe.policyPodCfg, e.ensure.public), cpu: []string{"proxy-ensure-policy"}},
 				},
-				targets: []target{{desc: "a cached image policy verdict adds <= 5 µs of proxy CPU per CreateContainer (median over rounds)", value: cpuDeltaMicros(1, 0), max: 5}},
 				notes: func(r *result) string {
-					return fmt.Sprintf("proxy CPU per CreateContainer (its RemoveContainer, untimed, passes through too): %+.1f µs with the image policy; p50 ratio %.3f (the guard alone: BenchmarkGuardCreateContainer in package ensure)",
+					return fmt.Sprintf("proxy CPU per CreateContainer (its RemoveContainer, untimed, passes through too): %+.1f µs with the image policy, median of the rounds' differences; p50 ratio %.3f. "+
+						"A process's CPU per call of a CreateContainer varies by tens of µs from round to round: the 5 µs bar is held in process (the next measurement)",
 						cpuDeltaMicros(1, 0)(r), r.p50Ratio(1))
 				},
 			}
@@ -203,6 +213,130 @@ func policyScenarios() []measurement {
 			}
 		}),
 	}
+}
+
+// guardCostMeasurement holds the bar of #23, a cached verdict adds at most
+// 5 µs of proxy CPU to a CreateContainer, where it can be resolved: the
+// guard's CreateContainer in this process, with and without the image
+// policy (the real engine, the plugin having run at the pull, the verdict
+// bound), its runtime answering from memory what containerd answered for
+// the image, and the call not forwarded. The rest of a CreateContainer (the
+// gRPC transaction, the runtime's answer) is the same with and without.
+var guardCostMeasurement = measurement{
+	name:  "image policy: the guard's CPU per CreateContainer in process, verdict cached",
+	needs: []part{ensureProxies, policyProxy},
+	run: func(e *benchEnv, rep *report) error {
+		alone, with, err := e.policyGuards()
+		if err != nil {
+			return err
+		}
+		pe := e.policy
+		ctx := context.Background()
+		req := &runtimeapi.CreateContainerRequest{PodSandboxId: pe.policyPod, SandboxConfig: pe.policyPodCfg,
+			Config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: e.ensure.public}}}
+		resp := &runtimeapi.CreateContainerResponse{ContainerId: "not-created"}
+		next := func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+			return resp, nil
+		}
+		// cost is the CPU of this process per call, over a segment of calls
+		// made one after another.
+		cost := func(g *ensure.Guard) (time.Duration, error) {
+			d := time.Duration(e.opts.seconds * float64(time.Second))
+			n, cpu0, stop := 0, processCPU(0), time.Now().Add(d)
+			for ; time.Now().Before(stop); n++ {
+				if _, err := g.CreateContainer(ctx, req, next); err != nil {
+					return 0, err
+				}
+			}
+			return (processCPU(0) - cpu0) / time.Duration(n), nil
+		}
+		// The daemon's garbage collector setting (GOGC=300, its default),
+		// not the bench's: the calls' garbage is part of their cost.
+		defer debug.SetGCPercent(debug.SetGCPercent(300))
+		var deltas, aloneNs, withNs []float64
+		for range e.opts.rounds {
+			a, err := cost(alone)
+			if err != nil {
+				return fmt.Errorf("ensure alone: %w", err)
+			}
+			w, err := cost(with)
+			if err != nil {
+				return fmt.Errorf("ensure with the image policy: %w", err)
+			}
+			aloneNs, withNs, deltas = append(aloneNs, float64(a)), append(withNs, float64(w)), append(deltas, float64(w-a))
+		}
+		delta := median(deltas) / 1e3
+		rep.extra = append(rep.extra, extraTarget{desc: "a cached image policy verdict adds <= 5 µs of CPU to the guard's CreateContainer (in process, median of rounds)", value: delta, max: 5})
+		rep.sections = append(rep.sections, fmt.Sprintf("\n## Image policy at CreateContainer, in process\n\n"+
+			"The guard's CreateContainer, calls one after another for a segment per arm and round (%d rounds), the runtime answering from memory, the call not forwarded, GOGC=300 as in the daemon; CPU of the process per call: "+
+			"ensure alone %.1f µs, ensure with the image policy (verdict cached) %.1f µs, the policy's share %+.2f µs (median of the rounds' differences).\n",
+			e.opts.rounds, median(aloneNs)/1e3, median(withNs)/1e3, delta))
+		return nil
+	},
+}
+
+// policyGuards are two guards in this process on the image of the
+// CreateContainer scenario, as containerd lists it: ensure alone, and
+// ensure with the image policy of the policy proxy, whose verdict the pull
+// of a pod of bench-secure (through the guard: the registry check, the
+// plugin) bound to the image ID.
+func (e *benchEnv) policyGuards() (alone, with *ensure.Guard, err error) {
+	ctx := context.Background()
+	st, err := runtimeapi.NewImageServiceClient(e.direct).ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: e.ensure.public}})
+	if err != nil || st.Image == nil {
+		return nil, nil, fmt.Errorf("ImageStatus %s: %v", e.ensure.public, err)
+	}
+	img := ensure.Image{ID: st.Image.Id, Names: append(append([]string{}, st.Image.RepoTags...), st.Image.RepoDigests...)}
+	cfg, err := imagepolicy.LoadConfig(e.policy.config, e.policy.binDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	engine, err := imagepolicy.New(cfg, imagepolicy.Options{Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		return nil, nil, err
+	}
+	checker, err := registry.New(registry.Options{HostsDir: e.rig.HostsDir()})
+	if err != nil {
+		return nil, nil, err
+	}
+	direct := runtimeapi.NewImageServiceClient(e.direct)
+	pull := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: e.ensure.public}, SandboxConfig: e.policy.policyPodCfg}
+	var guards []*ensure.Guard
+	for _, policy := range []ensure.ImagePolicy{nil, engine} {
+		p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		store, err := records.Open(filepath.Join(e.work, fmt.Sprintf("guard-%d.db", len(guards))), records.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		g, err := ensure.NewGuard(store, p, memoryRuntime{img}, ensure.GuardOptions{Registry: checker, ImagePolicy: policy})
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := g.PullImage(ctx, pull, func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+			return g.VerifyPullImage(ctx, r, func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+				return direct.PullImage(ctx, r)
+			})
+		}); err != nil {
+			return nil, nil, fmt.Errorf("the guard's pull of %s: %w", e.ensure.public, err)
+		}
+		guards = append(guards, g)
+	}
+	return guards[0], guards[1], nil
+}
+
+// memoryRuntime is a runtime with one image, answered from memory.
+type memoryRuntime struct{ img ensure.Image }
+
+func (m memoryRuntime) Image(context.Context, ensure.ImageQuery) (ensure.Image, bool, error) {
+	return m.img, true, nil
+}
+func (m memoryRuntime) Images(context.Context) ([]ensure.Image, error) {
+	return []ensure.Image{m.img}, nil
+}
+func (m memoryRuntime) PodUID(context.Context, string) (string, error) { return "", nil }
+func (m memoryRuntime) PodUIDs(context.Context) (map[string]bool, error) {
+	return map[string]bool{}, nil
 }
 
 // cpuDeltaMicros is arm a's CPU per call over arm b's, in µs, median over

@@ -32,6 +32,7 @@ func measurements(o options) []measurement {
 		[]measurement{registryCheckScenario}, // registrycheck.go
 		pullCostScenarios(),                  // pullcost.go
 		policyScenarios(),                    // imagepolicy.go
+		[]measurement{guardCostMeasurement},  // imagepolicy.go
 		tokenScenarios(),                     // token.go
 		[]measurement{
 			listImagesScenario, // scenarios.go

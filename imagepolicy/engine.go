@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -460,6 +461,14 @@ func (p *provider) decide(ctx context.Context, s *Subject, ns string, keys []str
 			return d
 		}
 	}
+	// A copy for the flight: the keys of a cached decision, the common
+	// case, stay on the caller's stack.
+	return p.flight(ctx, s, ns, slices.Clone(keys))
+}
+
+// flight runs the plugin once for concurrent callers with the same image
+// and namespace.
+func (p *provider) flight(ctx context.Context, s *Subject, ns string, keys []string) Decision {
 	// The flight must not die with the first caller: the others wait on
 	// it. The exec has its own timeout.
 	flightCtx := context.WithoutCancel(ctx)
