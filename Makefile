@@ -24,7 +24,7 @@ build: ## build bin/cri-image-proxy
 # platform, named NAME-OS-ARCH, and their SHA-256 sums. The version is git describe.
 RELEASE_DIR       ?= _output/release
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
-RELEASE_COMMANDS  := cri-image-proxy docker-config-credential-provider
+RELEASE_COMMANDS  := cri-image-proxy docker-config-credential-provider sigstore-image-policy
 
 release: ## static binaries for amd64 and arm64 and SHA256SUMS, in _output/release
 	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)

@@ -19,7 +19,8 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("make release: %v\n%s", err, out)
 	}
 	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
-	for _, cmd := range []string{"cri-image-proxy", "docker-config-credential-provider"} {
+	commands := []string{"cri-image-proxy", "docker-config-credential-provider", "sigstore-image-policy"}
+	for _, cmd := range commands {
 		for arch, machine := range machines {
 			path := filepath.Join(dir, cmd+"-linux-"+arch)
 			f, err := elf.Open(path)
@@ -40,7 +41,7 @@ func TestRelease(t *testing.T) {
 	}
 	sums := exec.Command("sha256sum", "--check", "--strict", "SHA256SUMS")
 	sums.Dir = dir
-	if out, err := sums.CombinedOutput(); err != nil || strings.Count(string(out), ": OK") != 4 {
+	if out, err := sums.CombinedOutput(); err != nil || strings.Count(string(out), ": OK") != 2*len(commands) {
 		t.Errorf("sha256sum --check: %v\n%s", err, out)
 	}
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
@@ -51,7 +52,7 @@ func TestRelease(t *testing.T) {
 	if err != nil || !strings.Contains(string(version), "commit "+strings.TrimSpace(string(head))) {
 		t.Errorf("the release binary's version does not name the commit %s: %v\n%s", head, err, version)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 5 {
-		t.Errorf("%d files in the release, want 4 binaries and SHA256SUMS", len(entries))
+	if entries, _ := os.ReadDir(dir); len(entries) != 2*len(commands)+1 {
+		t.Errorf("%d files in the release, want %d binaries and SHA256SUMS", len(entries), 2*len(commands))
 	}
 }
