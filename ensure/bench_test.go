@@ -105,7 +105,9 @@ func BenchmarkGuardCreateContainer(b *testing.B) {
 			req := &runtimeapi.CreateContainerRequest{PodSandboxId: "sandbox-s1", SandboxConfig: podSecure.sandbox(),
 				Config: &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: refSigned, UserSpecifiedImage: signedImage}}}
 			resp := &runtimeapi.CreateContainerResponse{ContainerId: "c"}
-			next := func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) { return resp, nil }
+			next := func(context.Context, *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+				return resp, nil
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := create(ctx, req, next); err != nil {
