@@ -470,7 +470,7 @@ func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
 	}
 	for _, as := range pe.As {
 		x := as.Explanation
-		fmt.Fprintf(out, "image policy: namespace %s, repository %s, digest %s (config %s)\n", x.Namespace, orDash(as.Repository), orDash(as.Digest), x.ConfigHash)
+		fmt.Fprintf(out, "image policy: namespace %s, repository %s, digest %s (policy configuration %s)\n", x.Namespace, orDash(as.Repository), orDash(as.Digest), x.ConfigHash)
 		for _, p := range x.Providers {
 			line := fmt.Sprintf("  %s: applies=%v, %s", p.Provider, p.Applies, p.Why)
 			if c := p.Cached; c != nil {
