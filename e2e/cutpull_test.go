@@ -182,54 +182,12 @@ func TestCutPullsLeaveNothingOpen(t *testing.T) {
 		t.Errorf("no pull was cut after its image arrived on %s: the case that matters did not happen", testRig.Runtime.Name)
 	}
 	// Every image of the test the runtime holds, under any of its names.
-	list, err := runtimeImages.ListImages(context.Background(), &runtimeapi.ListImagesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type heldImage struct{ name, id string }
-	var all []heldImage
-	for _, img := range list.Images {
-		for _, tag := range img.RepoTags {
-			if strings.HasPrefix(tag, testRig.Registry+"/"+repoPrefix) {
-				all = append(all, heldImage{tag, img.Id})
-			}
-		}
-	}
+	all := heldImages(t, testRig.Registry+"/"+repoPrefix)
 	if len(all) < held {
 		t.Fatalf("the runtime lists %d of the test's images by tag, and answers for %d cut pulls' by name", len(all), held)
 	}
 
-	hiddenFromB := func(t *testing.T) {
-		proxyRuntime := runtimeapi.NewRuntimeServiceClient(proxy)
-		bob := sandboxConfig(t, "cut-bob", "cut-bob-uid")
-		ctx := context.Background()
-		sb, err := proxyRuntime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: bob})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			proxyRuntime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId})
-			proxyRuntime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId})
-		}()
-		for i, img := range all {
-			failed := t.Failed()
-			st, err := proxyImages.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img.name}})
-			if err != nil || st.GetImage() != nil {
-				t.Errorf("ImageStatus of %s through the proxy: %v, shown %v; want absent", img.name, err, st.GetImage() != nil)
-			}
-			for j, ref := range []string{img.name, img.id} {
-				_, err := proxyRuntime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: bob,
-					Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("cut-b-%d-%d", i, j)}, Image: &runtimeapi.ImageSpec{Image: ref},
-						Command: []string{"true"}, LogPath: "cut-b.log", Linux: &runtimeapi.LinuxContainerConfig{}}})
-				if status.Code(err) != codes.PermissionDenied {
-					t.Errorf("B's container of %s (%s): %v, want PermissionDenied", img.name, ref, err)
-				}
-			}
-			if !failed && t.Failed() {
-				t.Logf("the proxy's log of %s:\n%s", img.name, linesWith(p.proc.LogText(), strings.TrimPrefix(img.name, testRig.Registry+"/")))
-			}
-		}
-	}
+	hiddenFromB := func(t *testing.T) { hiddenFromAStranger(t, p, "cut-bob", all) }
 	// Until a GC run, the intents of pulls cut before the runtime said it
 	// finished protect their images: what a node is in for up to
 	// gcInterval.
@@ -291,6 +249,66 @@ func settled(t *testing.T, images []string, onNode func(string) (string, bool)) 
 		}
 		if time.Since(stableSince) > time.Second {
 			return
+		}
+	}
+}
+
+// heldImage is an image the runtime holds: one of its names, and its ID.
+type heldImage struct{ name, id string }
+
+// heldImages is every name the runtime, asked directly, lists an image
+// under that starts with prefix, with the image's ID.
+func heldImages(t *testing.T, prefix string) []heldImage {
+	t.Helper()
+	list, err := runtimeapi.NewImageServiceClient(mustDial(t, direct())).ListImages(context.Background(), &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []heldImage
+	for _, img := range list.Images {
+		for _, tag := range img.RepoTags {
+			if strings.HasPrefix(tag, prefix) {
+				out = append(out, heldImage{tag, img.Id})
+			}
+		}
+	}
+	return out
+}
+
+// hiddenFromAStranger checks that a pod without credentials (its sandbox
+// named name) is shown none of images through the proxy p and is refused
+// a container of each, by name and by ID. A failure logs what the proxy
+// logged of the image.
+func hiddenFromAStranger(t *testing.T, p *ensureProxy, name string, images []heldImage) {
+	t.Helper()
+	conn := mustDial(t, p.ep)
+	proxyImages, proxyRuntime := runtimeapi.NewImageServiceClient(conn), runtimeapi.NewRuntimeServiceClient(conn)
+	stranger := sandboxConfig(t, name, name+"-uid")
+	ctx := context.Background()
+	sb, err := proxyRuntime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: stranger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		proxyRuntime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.PodSandboxId})
+		proxyRuntime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.PodSandboxId})
+	}()
+	for i, img := range images {
+		failed := t.Failed()
+		st, err := proxyImages.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img.name}})
+		if err != nil || st.GetImage() != nil {
+			t.Errorf("ImageStatus of %s through the proxy: %v, shown %v; want absent", img.name, err, st.GetImage() != nil)
+		}
+		for j, ref := range []string{img.name, img.id} {
+			_, err := proxyRuntime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: stranger,
+				Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("%s-%d-%d", name, i, j)}, Image: &runtimeapi.ImageSpec{Image: ref},
+					Command: []string{"true"}, LogPath: name + ".log", Linux: &runtimeapi.LinuxContainerConfig{}}})
+			if status.Code(err) != codes.PermissionDenied {
+				t.Errorf("a stranger's container of %s (%s): %v, want PermissionDenied", img.name, ref, err)
+			}
+		}
+		if !failed && t.Failed() {
+			t.Logf("the proxy's log of %s:\n%s", img.name, linesWith(p.proc.LogText(), strings.TrimPrefix(img.name, testRig.Registry+"/")))
 		}
 	}
 }
