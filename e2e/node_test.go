@@ -85,6 +85,9 @@ var nodeScenarios = []nodeScenario{
 	doctorScenario,          // 17
 	daemonSetScenario,       // 18, node_daemonset_test.go
 	kubeletFormatScenario,   // 19, node_records_test.go
+	kubeletRestartScenario,  // 20, node_faults_test.go
+	mirrorScenario,          // 21, node_registrycheck_test.go
+	manifestOnlyScenario,    // 22
 }
 
 // title is the scenario's subtest name and row: its number, then its name.
