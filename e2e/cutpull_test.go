@@ -32,26 +32,9 @@ import (
 // left: found here, on both runtimes.)
 func TestCutPullsLeaveNothingOpen(t *testing.T) {
 	needRig(t)
-	// Fresh names for each run: a tag pushed again with a new marker is a
-	// new image.
-	run := fmt.Sprintf("%d", time.Now().UnixNano())
 	const repoPrefix = "cut-"
-	var images []string
-	push := func(name string) string {
-		t.Helper()
-		ref := repoPrefix + name + ":v1"
-		if _, err := testRig.PushBusybox(ref, "cut pull "+name+" "+run); err != nil {
-			t.Fatal(err)
-		}
-		img := testRig.Registry + "/" + ref
-		images = append(images, img)
-		return img
-	}
-	t.Cleanup(func() {
-		for _, img := range images {
-			crictl(t, direct(), "rmi", img)
-		}
-	})
+	images := newFreshImages(t, repoPrefix)
+	push := images.push
 
 	p := startEnsureProxy(t, "cut-pulls")
 	proxy := mustDial(t, p.ep)
@@ -62,14 +45,6 @@ func TestCutPullsLeaveNothingOpen(t *testing.T) {
 	pull := func(ctx context.Context, image string, pod *runtimeapi.PodSandboxConfig) error {
 		_, err := proxyImages.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, Auth: alice, SandboxConfig: pod})
 		return err
-	}
-	// The kubelet's sequence: ImageStatus, then PullImage when not shown.
-	kubeletPull := func(ctx context.Context, image string, pod *runtimeapi.PodSandboxConfig) error {
-		st, err := proxyImages.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
-		if err != nil || st.GetImage() != nil {
-			return err
-		}
-		return pull(ctx, image, pod)
 	}
 	onNode := func(image string) (string, bool) {
 		st, err := runtimeImages.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
@@ -118,7 +93,7 @@ func TestCutPullsLeaveNothingOpen(t *testing.T) {
 			cancel()
 			out = append(out, outcome{image: img, deadline: d, code: status.Code(err)})
 		}
-		settled(t, images, onNode)
+		settled(t, images.names, onNode)
 		for i := range out {
 			_, out[i].arrived = onNode(out[i].image)
 		}
@@ -212,14 +187,14 @@ func TestCutPullsLeaveNothingOpen(t *testing.T) {
 		for _, img := range all {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			if len(requestsDuring(t, testRig.Registry, func() {
-				if err := kubeletPull(ctx, img.name, alicePod); err != nil {
+				if err := kubeletPull(ctx, proxyImages, img.name, alice, alicePod); err != nil {
 					t.Errorf("A's pull of %s again: %v", img.name, err)
 				}
 			})) > 0 {
 				verified++
 			}
 			if n := len(requestsDuring(t, testRig.Registry, func() {
-				if err := kubeletPull(ctx, img.name, alice2); err != nil {
+				if err := kubeletPull(ctx, proxyImages, img.name, alice, alice2); err != nil {
 					t.Errorf("A's other pod's pull of %s: %v", img.name, err)
 				}
 			})); n != 0 {
@@ -251,6 +226,49 @@ func settled(t *testing.T, images []string, onNode func(string) (string, bool)) 
 			return
 		}
 	}
+}
+
+// freshImages are private images of a test's own, pushed under a prefix
+// (relative to the rig's registry), new on every run (a tag pushed again
+// with a new marker is a new image), and removed from the node at the
+// test's end.
+type freshImages struct {
+	t           *testing.T
+	prefix, run string
+	names       []string // as pushed, with the registry
+}
+
+func newFreshImages(t *testing.T, prefix string) *freshImages {
+	f := &freshImages{t: t, prefix: prefix, run: fmt.Sprintf("%d", time.Now().UnixNano())}
+	t.Cleanup(func() {
+		for _, img := range f.names {
+			crictl(t, direct(), "rmi", img)
+		}
+	})
+	return f
+}
+
+// push pushes prefix+name:v1 and returns its name with the registry.
+func (f *freshImages) push(name string) string {
+	f.t.Helper()
+	ref := f.prefix + name + ":v1"
+	if _, err := testRig.PushBusybox(ref, ref+" "+f.run); err != nil {
+		f.t.Fatal(err)
+	}
+	img := testRig.Registry + "/" + ref
+	f.names = append(f.names, img)
+	return img
+}
+
+// kubeletPull is the kubelet's sequence through a CRI client: ImageStatus,
+// then PullImage with the pod's credential when the image is not shown.
+func kubeletPull(ctx context.Context, c runtimeapi.ImageServiceClient, image string, auth *runtimeapi.AuthConfig, pod *runtimeapi.PodSandboxConfig) error {
+	st, err := c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	if err != nil || st.GetImage() != nil {
+		return err
+	}
+	_, err = c.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, Auth: auth, SandboxConfig: pod})
+	return err
 }
 
 // heldImage is an image the runtime holds: one of its names, and its ID.

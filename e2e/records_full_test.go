@@ -44,23 +44,7 @@ func TestARecordsDatabaseThatFillsUpSaysSoAndRecovers(t *testing.T) {
 	mon := freeAddr(t)
 	p := startEnsureProxy(t, name, "--config", cfg, "--monitoring-address", mon)
 
-	run := fmt.Sprintf("%d", time.Now().UnixNano())
-	var images []string
-	fresh := func(n string) string {
-		t.Helper()
-		ref := "full-db/" + n + ":v1"
-		if _, err := testRig.PushBusybox(ref, "full database "+n+" "+run); err != nil {
-			t.Fatal(err)
-		}
-		img := testRig.Registry + "/" + ref
-		images = append(images, img)
-		return img
-	}
-	t.Cleanup(func() {
-		for _, img := range images {
-			crictl(t, direct(), "rmi", img)
-		}
-	})
+	fresh := newFreshImages(t, "full-db/").push
 	conn := mustDial(t, p.ep)
 	proxyImages := runtimeapi.NewImageServiceClient(conn)
 	alice := &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
@@ -68,12 +52,7 @@ func TestARecordsDatabaseThatFillsUpSaysSoAndRecovers(t *testing.T) {
 	pull := func(image string, pod *runtimeapi.PodSandboxConfig) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		st, err := proxyImages.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
-		if err != nil || st.GetImage() != nil {
-			return err
-		}
-		_, err = proxyImages.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, Auth: alice, SandboxConfig: pod})
-		return err
+		return kubeletPull(ctx, proxyImages, image, alice, pod)
 	}
 	state := func() (writable, ready bool, c *condition) {
 		t.Helper()
