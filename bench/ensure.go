@@ -32,7 +32,7 @@ type ensureEnv struct {
 	// remote is the private image through a relay that puts the registry
 	// 2 ms (round trip) away, as a registry in the same data center.
 	remote string
-	relay  *delayRelay
+	relay  *rig.DelayRelay
 }
 
 // fillDatabase writes n records of images that are not on the node.
@@ -65,10 +65,10 @@ func (e *benchEnv) setUpEnsure() error {
 	ee := &ensureEnv{public: e.rig.AnonRegistry + "/" + rig.TeamBImage, private: e.presentImage}
 	ctx := context.Background()
 	var err error
-	if ee.relay, err = startDelayRelay(e.rig.Registry, time.Millisecond); err != nil {
+	if ee.relay, err = rig.StartDelayRelay(e.rig.Registry, time.Millisecond); err != nil {
 		return err
 	}
-	if err := e.rig.AddMirror("registry.remote.test", ee.relay.port()); err != nil {
+	if err := e.rig.AddMirror("registry.remote.test", ee.relay.Port()); err != nil {
 		return err
 	}
 	ee.remote = "registry.remote.test/" + rig.TeamAImage

@@ -231,7 +231,7 @@ func (e *benchEnv) close() {
 		e.token.kube.Stop()
 	}
 	if e.ensure != nil && e.ensure.relay != nil {
-		e.ensure.relay.close()
+		e.ensure.relay.Close()
 	}
 }
 

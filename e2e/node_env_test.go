@@ -183,7 +183,14 @@ providers:
 
 func createPullSecret(t *testing.T, k *kuberig.Kube, ns, name, user, password string) {
 	t.Helper()
-	data, _ := json.Marshal(map[string]any{"auths": map[string]any{testRig.Registry: map[string]string{"username": user, "password": password}}})
+	createPullSecretFor(t, k, ns, name, testRig.Registry, user, password)
+}
+
+// createPullSecretFor creates a pull secret whose credential is for
+// registry (a name containerd's hosts.toml maps to the rig's registry).
+func createPullSecretFor(t *testing.T, k *kuberig.Kube, ns, name, registry, user, password string) {
+	t.Helper()
+	data, _ := json.Marshal(map[string]any{"auths": map[string]any{registry: map[string]string{"username": user, "password": password}}})
 	_, err := k.Admin.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: data}}, metav1.CreateOptions{})
 	if err != nil {
@@ -321,6 +328,34 @@ func (e *nodeEnv) eventSummary(p *corev1.Pod) string {
 		out = append(out, ev.Reason+": "+ev.Message)
 	}
 	return strings.Join(out, " | ")
+}
+
+// alone runs f with the kubelet moved onto containerd directly, the proxy
+// out of its path (the kubelet's state kept), then moves it back onto the
+// proxy: what the kubelet does by itself, as a control.
+func (e *nodeEnv) alone(t *testing.T, f func()) {
+	t.Helper()
+	e.node.Pause()
+	if err := e.node.Resume(direct()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		e.node.Pause()
+		if err := e.node.Resume(e.proxy.ep); err != nil {
+			t.Fatalf("the kubelet back on the proxy: %v", err)
+		}
+	}()
+	f()
+}
+
+// deletePods deletes the pods at once and waits until they are gone.
+func (e *nodeEnv) deletePods(t *testing.T, pods ...*corev1.Pod) {
+	t.Helper()
+	zero := int64(0)
+	for _, p := range pods {
+		e.k.Admin.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	e.waitGone(t, pods...)
 }
 
 // runCounting runs the pod to Running and returns it with the number of

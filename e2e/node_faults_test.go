@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,12 +13,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // The scenarios of a proxy that fails: killed during pulls, and with its
-// database full.
+// database full; and of a kubelet restarted during a pull.
 
 var restartsScenario = nodeScenario{
 	name:   "proxy restarted and kill -9'd during pulls",
@@ -138,4 +141,85 @@ func (e *nodeEnv) scenarioFullDatabase(t *testing.T) {
 		e.k.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 	e.waitGone(t, a, bare, never)
+}
+
+var kubeletRestartScenario = nodeScenario{
+	name:   "the kubelet restarted in the middle of A's private pull (a slow registry): A's pod runs after it; B's pods of another namespace get ErrImagePull and ErrImageNeverPull, never Running",
+	images: []string{"slow/app:v1"},
+	run:    (*nodeEnv).scenarioKubeletRestartMidPull,
+}
+
+// slowRegistry is the rig's registry under a name of its own, behind a
+// relay that holds every chunk of data for slowDelay each way: a pull of
+// it takes seconds, time to restart the kubelet in its middle.
+const (
+	slowRegistry = "registry.slow.test"
+	slowDelay    = 400 * time.Millisecond
+)
+
+// scenarioKubeletRestartMidPull (#27): the kubelet is restarted while the
+// proxy forwards A's pull of a private image to the runtime (the pull has
+// reached the registry for a blob): the kubelet's call is cut, and the
+// runtime may or may not finish the pull. Whichever it did, B's pods,
+// created while the kubelet is down, never run the image: the proxy tracks
+// what a cut pull left, or keeps its intent until it knows. A's pod runs
+// once the kubelet pulls again.
+func (e *nodeEnv) scenarioKubeletRestartMidPull(t *testing.T) {
+	relay, err := rig.StartDelayRelay(testRig.Registry, slowDelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	if err := testRig.AddMirror(slowRegistry, relay.Port()); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(filepath.Join(testRig.HostsDir(), slowRegistry))
+	createPullSecretFor(t, e.k, e.nsA, "regcred-slow", slowRegistry, "alice", rig.Users["alice"])
+	path := e.repository() + "/slow/app"
+	image := slowRegistry + "/" + path + ":v1"
+
+	before := registryRequests(t)
+	a := e.run(t, podSpec{ns: e.nsA, name: "slow-a", image: image, policy: corev1.PullIfNotPresent, secret: "regcred-slow"})
+	// The runtime's pull fetches the image's blobs (GET); the proxy's
+	// registry check only asks for them (HEAD).
+	waitUntil(t, 2*time.Minute, func() error {
+		for _, r := range registryLog(t, testRig.Registry)[before:] {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.Path, "/v2/"+path+"/blobs/") {
+				return nil
+			}
+		}
+		return fmt.Errorf("the runtime has fetched no blob of %s yet", image)
+	})
+	e.node.Pause()
+	_, arrived := runtimeImage(t, image)
+	b := e.run(t, podSpec{ns: e.nsB, name: "slow-b", image: image, policy: corev1.PullIfNotPresent})
+	bNever := e.run(t, podSpec{ns: e.nsB, name: "slow-b-never", image: image, policy: corev1.PullNever})
+	if err := e.node.Resume(""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitWaiting(t, b, "ErrImagePull", "ImagePullBackOff")
+	e.waitWaiting(t, bNever, "ErrImageNeverPull")
+	e.waitRunning(t, a)
+	// And once A's pull again is recorded.
+	bAfter := e.run(t, podSpec{ns: e.nsB, name: "slow-b-after", image: image, policy: corev1.PullNever})
+	e.waitWaiting(t, bAfter, "ErrImageNeverPull")
+	e.neverRan(t, b)
+	e.neverRan(t, bNever)
+	e.neverRan(t, bAfter)
+	log := e.proxy.proc.LogText()
+	t.Logf("the image was on the node when the kubelet came back: %v; the proxy tracked %d image(s) of failed pulls and kept %d intent(s) of cut pulls; B: %s",
+		arrived, strings.Count(log, "failed, but the image arrived"), strings.Count(log, "a pull was cut by its caller"), e.eventSummary(b))
+
+	e.deletePods(t, a, b, bNever, bAfter)
+}
+
+// runtimeImage is the runtime's image ID of a name, asked directly, and
+// whether it holds it.
+func runtimeImage(t *testing.T, image string) (string, bool) {
+	t.Helper()
+	st, err := runtimeapi.NewImageServiceClient(mustDial(t, direct())).ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+	if err != nil || st.GetImage() == nil {
+		return "", false
+	}
+	return st.Image.Id, true
 }

@@ -86,6 +86,9 @@ var nodeScenarios = []nodeScenario{
 	daemonSetScenario,       // 18, node_daemonset_test.go
 	kubeletFormatScenario,   // 19, node_records_test.go
 	staticPodPolicyScenario, // 20, node_policy_test.go
+	kubeletRestartScenario,  // 21, node_faults_test.go
+	mirrorScenario,          // 22, node_registrycheck_test.go
+	manifestOnlyScenario,    // 23
 }
 
 // title is the scenario's subtest name and row: its number, then its name.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/sha256"
 	"fmt"
 	"net"
@@ -16,7 +15,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
@@ -39,7 +37,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	needRig(t)
 	// A private image of A's, under the registry's DNS-like name, whose
 	// hosts.toml the test rewrites.
-	const regName = "registry.rig.test"
+	const regName = rigRegistryName
 	if _, err := testRig.PushBusybox("mirror-a/app:v1", "a's private image, #28"); err != nil {
 		t.Fatal(err)
 	}
@@ -57,22 +55,8 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	}
 	t.Cleanup(func() { rmi(imgA) })
 
-	mirrorPort := portOf(t, testRig.AnonRegistry)
 	regPort := portOf(t, testRig.Registry)
-	hosts := filepath.Join(testRig.HostsDir(), regName, "hosts.toml")
-	orig, err := os.ReadFile(hosts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.WriteFile(hosts, orig, 0o644) })
-	// The mirror first, as containerd tries the [host] entries before the
-	// server; containerd reads this file at each pull.
-	mirrored := fmt.Sprintf("server = \"http://127.0.0.1:%d\"\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n",
-		regPort, mirrorPort, regPort)
-	if err := os.WriteFile(hosts, []byte(mirrored), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
+	restoreHosts := mirrorForAnyone(t)
 	t.Run("control: straight to containerd, the mirror serves A's private image with no credential", func(t *testing.T) {
 		rmi(imgA)
 		if r := crictl(t, direct(), "pull", imgA); r.Err != nil {
@@ -129,9 +113,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 			t.Errorf("%d registry requests, want a re-use from the node", n)
 		}
 	})
-	if err := os.WriteFile(hosts, orig, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	restoreHosts()
 
 	// B's own registry: it answers A's manifest for b/app:v1, and no blob.
 	manifest, mediaType := rawManifest(t, testRig.Registry+"/mirror-a/app:v1")
@@ -183,6 +165,37 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	})
 }
 
+// rigRegistryName is the rig's authenticated registry under a DNS-like
+// name, with a hosts.toml of its own that tests may rewrite.
+const rigRegistryName = "registry.rig.test"
+
+// mirrorForAnyone puts a mirror that serves anyone in front of
+// rigRegistryName: the rig's anonymous registry (the same storage), tried
+// first, as containerd tries the [host] entries before the server; as a
+// pull-through cache holding the registry's credentials, or a peer mirror,
+// serves the registry's content. containerd reads the file at each pull.
+// The returned func puts the file back, as the test's end does.
+func mirrorForAnyone(t *testing.T) (restore func()) {
+	t.Helper()
+	hosts := filepath.Join(testRig.HostsDir(), rigRegistryName, "hosts.toml")
+	orig, err := os.ReadFile(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore = func() {
+		if err := os.WriteFile(hosts, orig, 0o644); err != nil {
+			t.Errorf("putting back %s: %v", hosts, err)
+		}
+	}
+	t.Cleanup(restore)
+	mirrored := fmt.Sprintf("server = \"http://127.0.0.1:%d\"\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n",
+		portOf(t, testRig.Registry), portOf(t, testRig.AnonRegistry), portOf(t, testRig.Registry))
+	if err := os.WriteFile(hosts, []byte(mirrored), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return restore
+}
+
 // portOf is the port of a host:port.
 func portOf(t *testing.T, hostport string) int {
 	t.Helper()
@@ -200,16 +213,11 @@ func portOf(t *testing.T, hostport string) int {
 // imageID is the runtime's image ID of a name, asked directly.
 func imageID(t *testing.T, image string) string {
 	t.Helper()
-	conn, err := dialCRI(direct())
-	if err != nil {
-		t.Fatal(err)
+	id, ok := runtimeImage(t, image)
+	if !ok {
+		t.Fatalf("%s is not on the node", image)
 	}
-	defer conn.Close()
-	st, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
-	if err != nil || st.GetImage() == nil {
-		t.Fatalf("%s is not on the node: %v", image, err)
-	}
-	return st.Image.Id
+	return id
 }
 
 // rawManifest is an image's manifest as its registry serves it.

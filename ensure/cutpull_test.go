@@ -36,7 +36,12 @@ func TestEveryPullThatEndsLeavesItsImageTracked(t *testing.T) {
 		// runtimeDownAfter makes the runtime stop answering once the pull
 		// ended, until a GC run.
 		runtimeDownAfter bool
-		arrived          bool // the image is on the node afterwards
+		// late puts the image on the node once the guard has answered: the
+		// runtime went on with the pull after its client went away, and
+		// finished it after the guard asked what the pull left (containerd
+		// does: e2e TestCutPullsLeaveNothingOpen).
+		late    bool
+		arrived bool // the image is on the node afterwards
 	}{
 		{
 			name: "the runtime pulled the image, and the client was gone before its answer",
@@ -81,6 +86,15 @@ func TestEveryPullThatEndsLeavesItsImageTracked(t *testing.T) {
 			arrived:    true,
 		},
 		{
+			name: "the client went away and the runtime finished the pull after the guard asked",
+			end: func(_ *fakeNode, cancel context.CancelFunc) (*runtimeapi.PullImageResponse, error) {
+				cancel()
+				return nil, canceled
+			},
+			late:    true,
+			arrived: true,
+		},
+		{
 			name: "the pull was cut and the runtime did not answer afterwards",
 			end: func(n *fakeNode, cancel context.CancelFunc) (*runtimeapi.PullImageResponse, error) {
 				n.put(private, refApp)
@@ -108,6 +122,9 @@ func TestEveryPullThatEndsLeavesItsImageTracked(t *testing.T) {
 					}
 					return resp, err
 				})
+			if tc.late {
+				s.node.put(private, refApp)
+			}
 			if got := s.node.has(refApp); got != tc.arrived {
 				t.Fatalf("the node holds the image: %v, want %v", got, tc.arrived)
 			}

@@ -188,12 +188,19 @@ const settleTimeout = 10 * time.Second
 //   - a new image (not the one before the pull): recorded as pulled with
 //     no verified credential, in the intent's transaction, so every pod
 //     verifies, and never taken for a preloaded one;
-//   - nothing new: this pull's intent goes. Intents kept from earlier pulls
-//     of the image (a crash, a cut pull) stay: only a GC run, which lists
-//     the runtime's images, settles those;
+//   - nothing new, and the runtime answered the pull: this pull's intent
+//     goes. Intents kept from earlier pulls of the image (a crash, a cut
+//     pull) stay: only a GC run, which lists the runtime's images, settles
+//     those;
+//   - nothing new yet, but the caller went away: the runtime's pull may
+//     still be finishing (containerd goes on after its client's cancel
+//     and may create the image a moment after this question), so this
+//     answer is not the last word: the intent is kept, as below;
 //   - no answer: the intent is kept, and its repository counts as a pull
-//     in flight, until a GC run or the next start settles it.
+//     in flight, until a GC run finds the image, a pull of it through the
+//     proxy succeeds, or the next start settles it.
 func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, before string) {
+	cut := ctx.Err() != nil
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
@@ -209,6 +216,9 @@ func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, befor
 			return
 		}
 		g.logDecision(ctx, "PullImage: failed, but the image arrived: tracked with no verified credential", image, img.ID, "", "every pod verifies")
+	case cut:
+		g.keepIntent(Intent{ID: intent, Image: image}, repo)
+		g.log.Info("a pull was cut by its caller before the runtime said it finished; its intent is kept until a GC run or a pull of the image settles it", "image", image)
 	default:
 		if err := g.store.DropIntent(intent); err != nil {
 			g.keepIntent(Intent{ID: intent, Image: image}, repo)

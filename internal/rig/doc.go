@@ -10,6 +10,9 @@
 // Options.RegistryUsers, RegistryUsers (the user each authenticated
 // request was answered for).
 //
+// A DelayRelay, named to containerd with AddMirror, puts the registry a
+// network hop away (the bench) or makes its pulls slow enough to cut.
+//
 // Everything listens on 127.0.0.1 or on unix sockets under the rig's
 // directory. Nothing reaches the internet: containerd mirrors gcr.io and
 // registry.k8s.io to the local registries.

@@ -1,4 +1,4 @@
-package main
+package rig
 
 import (
 	"io"
@@ -6,30 +6,35 @@ import (
 	"time"
 )
 
-// delayRelay is a TCP relay on 127.0.0.1 that holds every chunk of data
+// DelayRelay is a TCP relay on 127.0.0.1 that holds every chunk of data
 // for delay in each direction: a registry one network hop away (RTT =
-// 2 x delay), without leaving loopback.
-type delayRelay struct {
+// 2 x delay), without leaving loopback, for the bench; or, with a long
+// delay, a slow registry whose pulls a test can cut in the middle.
+// AddMirror puts it in front of a registry name.
+type DelayRelay struct {
 	l      net.Listener
 	target string
 	delay  time.Duration
 }
 
-func startDelayRelay(target string, delay time.Duration) (*delayRelay, error) {
+// StartDelayRelay relays 127.0.0.1:Port() to target with delay.
+func StartDelayRelay(target string, delay time.Duration) (*DelayRelay, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r := &delayRelay{l: l, target: target, delay: delay}
+	r := &DelayRelay{l: l, target: target, delay: delay}
 	go r.serve()
 	return r, nil
 }
 
-func (r *delayRelay) port() int { return r.l.Addr().(*net.TCPAddr).Port }
+// Port is the relay's port on 127.0.0.1.
+func (r *DelayRelay) Port() int { return r.l.Addr().(*net.TCPAddr).Port }
 
-func (r *delayRelay) close() { r.l.Close() }
+// Close stops accepting connections; those open run to their end.
+func (r *DelayRelay) Close() { r.l.Close() }
 
-func (r *delayRelay) serve() {
+func (r *DelayRelay) serve() {
 	for {
 		c, err := r.l.Accept()
 		if err != nil {
@@ -52,7 +57,7 @@ func (r *delayRelay) serve() {
 }
 
 // pump copies src to dst, each chunk delayed; order is kept.
-func (r *delayRelay) pump(dst io.Writer, src io.Reader) {
+func (r *DelayRelay) pump(dst io.Writer, src io.Reader) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
