@@ -19,6 +19,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -272,18 +273,11 @@ func (e *Engine) cacheSizes() map[string]int {
 
 // Run purges expired verdicts every interval until ctx is done.
 func (e *Engine) Run(ctx context.Context, interval time.Duration) {
-	t := e.clk.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			for _, p := range e.set.Load().providers {
-				p.cache.Purge()
-			}
+	periodic.Every(ctx, interval, func(context.Context) {
+		for _, p := range e.set.Load().providers {
+			p.cache.Purge()
 		}
-	}
+	})
 }
 
 // namespaceOf is the namespace a subject is decided for.
