@@ -330,17 +330,25 @@ func TestEnsureKill9MidPull(t *testing.T) {
 		}
 		requestsBefore := registryRequests(t)
 		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var pulls []string // how each pull of the round ended, for a failure's message
 		for _, img := range images {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				crictl(t, p.ep, "pull", "--pod-config", tn.config, "--creds", tn.creds, img)
+				r := crictl(t, p.ep, "pull", "--pod-config", tn.config, "--creds", tn.creds, img)
+				mu.Lock()
+				pulls = append(pulls, fmt.Sprintf("%s: %v %s", img, r.Err, strings.TrimSpace(r.Stderr)))
+				mu.Unlock()
 			}()
 		}
 		until := func(what string, cond func() bool) {
 			for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatalf("round %d: %s did not happen within 30s", round, what)
+					mu.Lock()
+					ended := strings.Join(pulls, "\n")
+					mu.Unlock()
+					t.Fatalf("round %d: %s did not happen within 30s; the pulls that ended:\n%s\nthe proxy's last lines:\n%s", round, what, ended, tail(p.proc.LogText(), 40))
 				}
 			}
 		}
