@@ -467,6 +467,15 @@ func (p *provider) flight(ctx context.Context, s *Subject, ns string, keys []str
 	// it. The exec has its own timeout.
 	flightCtx := context.WithoutCancel(ctx)
 	v, _, _ := p.cache.Do(authcache.FlightKey(keys[0], ns), func() (any, error) {
+		// A caller that missed the cache just before an earlier flight
+		// stored its verdict starts a flight of its own: look again, so
+		// that one verdict means one plugin run.
+		for _, k := range keys {
+			if d, _, ok := p.cache.Get(k, ns); ok {
+				d.FromCache = true
+				return d, nil
+			}
+		}
 		return p.ask(flightCtx, s, ns, keys), nil
 	})
 	return v.(Decision)
