@@ -35,8 +35,8 @@ func TestCheckTakesManifestsFromTheCacheButNeverTheRegistrysWord(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a digest reference from the cache is one round of HEADs", func(t *testing.T) {
-		res, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app@" + string(e.imgMan)), ImageID: string(e.imgID), Credential: alice(), Blobs: true})
+	t.Run("a digest reference from the cache, where the repository served it, is one round of HEADs", func(t *testing.T) {
+		res, err := e.checker.Check(ctx, Request{Image: e.image("team-a/multi@" + string(e.imgMan)), ImageID: string(e.imgID), Credential: alice(), Blobs: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,6 +48,19 @@ func TestCheckTakesManifestsFromTheCacheButNeverTheRegistrysWord(t *testing.T) {
 		}
 		if res.Requests != 4 || len(seen) != 4 || res.BlobsChecked != 4 {
 			t.Errorf("%d requests (the registry saw %d), %d checked; want 4, all checked", res.Requests, len(seen), res.BlobsChecked)
+		}
+	})
+	t.Run("a digest reference from the cache is fetched from a repository that never served it", func(t *testing.T) {
+		res, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app@" + string(e.imgMan)), ImageID: string(e.imgID), Credential: alice(), Blobs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := e.reg.requests()
+		if len(seen) == 0 || seen[0].method != http.MethodGet || !strings.HasSuffix(seen[0].path, string(e.imgMan)) {
+			t.Errorf("got %+v, want a GET of the manifest first", seen)
+		}
+		if res.Requests != 4 || res.BlobsChecked != 3 {
+			t.Errorf("%d requests, %d checked; want 4 (the manifest and 3 blobs), 3 checked", res.Requests, res.BlobsChecked)
 		}
 	})
 	t.Run("without Blobs a digest reference from the cache is still asked", func(t *testing.T) {
@@ -69,9 +82,9 @@ func TestCheckTakesManifestsFromTheCacheButNeverTheRegistrysWord(t *testing.T) {
 		})
 		defer e.reg.setHook(nil)
 		_, err := e.checker.Check(ctx, Request{Image: e.image("team-b/multi:v1"), ImageID: string(e.imgID), Credential: bob(), Blobs: true})
-		var re *Error
-		if !errors.Is(err, ErrDenied) || !errors.As(err, &re) || re.Reason != "1 of 4 blobs not readable in the repository" {
-			t.Fatalf("got %v, want ErrDenied for 1 of 4", err)
+		// team-b/multi never served it: fetched there, and not found.
+		if !errors.Is(err, ErrDenied) {
+			t.Fatalf("got %v, want ErrDenied", err)
 		}
 	})
 }
@@ -132,4 +145,62 @@ func TestCheckAsksARememberedTagWithAHead(t *testing.T) {
 			t.Fatalf("got %v, want ErrDenied", err)
 		}
 	})
+}
+
+// A registry of B's own that answers every HEAD with 200 and knows the
+// digests of A's manifests (a log, a scan report), not their bytes, gains
+// nothing from manifests A's checks left in the cache.
+func TestALyingRegistryGainsNothingFromTheManifestCache(t *testing.T) {
+	e := newEnv(t, authBasic)
+	ctx := context.Background()
+	// alice's check fills the cache with the index and its platform manifest.
+	if _, err := e.checker.Check(ctx, Request{Image: e.image("team-a/multi:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true}); err != nil {
+		t.Fatal(err)
+	}
+	indexBody, err := e.index.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexType, err := e.index.MediaType()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reg.allow("team-b/liar", "bob")
+	e.reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.HasPrefix(r.URL.Path, "/v2/team-b/liar/") {
+			return false
+		}
+		switch {
+		case r.Method == http.MethodHead:
+			// 200 to every HEAD, manifests and blobs alike.
+			if i := strings.LastIndex(r.URL.Path, "/"); strings.HasPrefix(r.URL.Path[i+1:], "sha256:") {
+				w.Header().Set("Docker-Content-Digest", r.URL.Path[i+1:])
+			}
+			return true
+		case r.URL.Path == "/v2/team-b/liar/manifests/index":
+			// An index of B's own, naming A's platform manifest.
+			w.Header().Set("Content-Type", string(indexType))
+			_, _ = w.Write(indexBody)
+			return true
+		}
+		http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotFound)
+		return true
+	})
+	for _, tc := range []struct {
+		name  string
+		image string
+	}{
+		{"a digest reference to A's manifest is refused", "team-b/liar@" + string(e.imgMan)},
+		{"a digest reference to A's index is refused", "team-b/liar@" + string(e.indexDig)},
+		{"an index of B's own naming A's platform manifest is refused", "team-b/liar:index"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, blobs := range []bool{true, false} {
+				_, err := e.checker.Check(ctx, Request{Image: e.image(tc.image), ImageID: string(e.imgID), Credential: bob(), Blobs: blobs})
+				if !errors.Is(err, ErrDenied) && !errors.Is(err, ErrUnreachable) {
+					t.Errorf("blobs %v: got %v, want a refusal", blobs, err)
+				}
+			}
+		})
+	}
 }

@@ -268,7 +268,7 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 
 // resolve answers what the reference names, and whether the registry was
 // asked for it in this check (asked is false for a digest reference found
-// in the cache). A tag whose digest is remembered, with that manifest in
+// in the cache, served before at this endpoint and repository). A tag whose digest is remembered, with that manifest in
 // the cache, is asked with a HEAD: a GET of a manifest counts as a pull
 // against some registries' rate limits (Docker Hub), a HEAD does not, and
 // the runtime's own re-check is a HEAD. Any other answer to that HEAD (the
@@ -279,11 +279,11 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 func (k *check) resolve(ctx context.Context) (m *manifest, d digest.Digest, asked bool, err error) {
 	p := "/manifests/" + k.name.object
 	if k.name.digest != "" {
-		if m, ok := k.c.manifests.get(k.name.digest); ok {
+		if m, servedHere := k.c.manifests.get(k.name.digest, k.place()); servedHere {
 			return m, k.name.digest, false, nil
 		}
 	} else if d, ok := k.c.tags.get(k.tagKey()); ok {
-		if m, ok := k.c.manifests.get(d); ok {
+		if m, servedHere := k.c.manifests.get(d, k.place()); servedHere {
 			resp, err := k.do(ctx, http.MethodHead, p, acceptManifests)
 			if err != nil {
 				return nil, "", false, err
@@ -330,7 +330,7 @@ func (k *check) resolve(ctx context.Context) (m *manifest, d digest.Digest, aske
 	if err != nil {
 		return nil, "", false, failure(ErrUnreachable, "invalid answer", "GET %s%s: %v", k.name.repository, p, err)
 	}
-	k.c.manifests.put(d, m, int64(len(body)))
+	k.c.manifests.put(d, m, int64(len(body)), k.place())
 	if k.name.digest == "" {
 		k.c.tags.put(k.tagKey(), d)
 	}
@@ -340,9 +340,16 @@ func (k *check) resolve(ctx context.Context) (m *manifest, d digest.Digest, aske
 // tagKey names the reference's tag at this endpoint, for the tag memory.
 func (k *check) tagKey() string { return k.ep.String() + " " + k.name.String() }
 
-// manifestByDigest is an index's entry, from the cache or GET by digest.
-func (k *check) manifestByDigest(ctx context.Context, desc ocispec.Descriptor) (*manifest, bool, error) {
-	if m, ok := k.c.manifests.get(desc.Digest); ok {
+// place names the endpoint and repository a check asks, for the manifest
+// cache's memory of where a manifest's bytes were served.
+func (k *check) place() string { return k.ep.String() + " " + k.name.repository }
+
+// manifestByDigest is an index's entry: from the cache where this
+// repository served it before (fetched is false: a HEAD must still prove
+// it), else GET by digest here, so that an index of another registry's
+// naming a manifest it cannot serve gains nothing.
+func (k *check) manifestByDigest(ctx context.Context, desc ocispec.Descriptor) (m *manifest, fetched bool, err error) {
+	if m, servedHere := k.c.manifests.get(desc.Digest, k.place()); servedHere {
 		return m, false, nil
 	}
 	p := "/manifests/" + desc.Digest.String()
@@ -360,14 +367,14 @@ func (k *check) manifestByDigest(ctx context.Context, desc ocispec.Descriptor) (
 	if int64(len(body)) != desc.Size {
 		return nil, false, failure(ErrUnreachable, "invalid answer", "GET %s%s: %d bytes, the index says %d", k.name.repository, p, len(body), desc.Size)
 	}
-	m, err := parseManifest(body, desc.MediaType)
+	m, err = parseManifest(body, desc.MediaType)
 	if err == nil && (isIndexType(desc.MediaType) || desc.MediaType == ocispec.MediaTypeImageManifest || desc.MediaType == mediaTypeDockerManifest) && m.index != isIndexType(desc.MediaType) {
 		err = fmt.Errorf("the index names media type %s for another kind of content", desc.MediaType)
 	}
 	if err != nil {
 		return nil, false, failure(ErrUnreachable, "invalid answer", "GET %s%s: %v", k.name.repository, p, err)
 	}
-	k.c.manifests.put(desc.Digest, m, int64(len(body)))
+	k.c.manifests.put(desc.Digest, m, int64(len(body)), k.place())
 	return m, true, nil
 }
 

@@ -13,9 +13,11 @@
 //     the manifest or index, by tag or by digest, whose body matches the
 //     digest asked for and the Docker-Content-Digest it named; or, for a
 //     tag that resolved to a digest when a previous check GOT its bytes
-//     from this endpoint, a HEAD naming that same digest (a GET counts as
-//     a pull against Docker Hub's rate limits, a HEAD does not; a tag that
-//     moved, or a digest the registry never served, is a GET again);
+//     from this endpoint, or a digest whose bytes this endpoint served in
+//     this repository before, a HEAD naming that same digest (a GET counts
+//     as a pull against Docker Hub's rate limits, a HEAD does not; a tag
+//     that moved, or a digest this endpoint and repository never served,
+//     is a GET again, so a leaked digest is not enough);
 //   - the platform's manifest (picked from an index as containerd picks
 //     it) has the config Request.ImageID names, when it names one;
 //   - with Request.Blobs, a HEAD of each blob the image needs (config and
@@ -83,9 +85,10 @@
 // Every check is bounded by Options.Timeout; every answer's body by 4 MiB;
 // an image by 1024 blobs; HEADs in flight by Options.MaxParallel. Manifest
 // bodies verified by digest are kept in memory, parsed, up to
-// Options.ManifestCacheBytes: they save fetching an index's platform
-// manifest (or a digest reference) again, never the registry's word on
-// this repository and credential, which a HEAD then gives.
+// Options.ManifestCacheBytes, with the endpoints and repositories that
+// served them: they save fetching an index's platform manifest (or a
+// digest reference) again there, never the registry's word on this
+// repository and credential, which a HEAD then gives.
 //
 // # What it does not prove
 //

@@ -180,7 +180,13 @@ func verifyDigest(body []byte, d digest.Digest) error {
 // Content-addressed: a manifest is the same whoever fetched it, so it
 // carries nothing of a credential; it saves fetching a manifest again,
 // never the registry's word on whether a repository holds it for a
-// credential (a check proves that with a HEAD). Safe for concurrent use.
+// credential (a check proves that with a HEAD).
+//
+// Each entry remembers where its bytes were served (an endpoint and a
+// repository). Only there does a HEAD prove the manifest: a registry that
+// answers every HEAD with 200 must serve the bytes once before a digest
+// it names counts, else a digest leaked from another tenant's pull would
+// be enough. Safe for concurrent use.
 type manifestCache struct {
 	mu    sync.Mutex
 	max   int64
@@ -192,28 +198,44 @@ type manifestCache struct {
 type cachedManifest struct {
 	m    *manifest
 	size int64
+	// servedAt holds the "endpoint repository" places that served these
+	// bytes; bounded by maxServedAt, past which it starts again.
+	servedAt map[string]struct{}
 }
+
+// maxServedAt bounds the places remembered per manifest: a manifest shared
+// by more repositories than this is fetched once more in the others.
+const maxServedAt = 64
 
 func newManifestCache(maxBytes int64) *manifestCache {
 	return &manifestCache{max: maxBytes, order: list.New(), m: map[digest.Digest]cachedManifest{}}
 }
 
-func (c *manifestCache) get(d digest.Digest) (*manifest, bool) {
+// get is the manifest d, and whether its bytes were served at where.
+func (c *manifestCache) get(d digest.Digest, where string) (m *manifest, servedHere bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[d]
-	return e.m, ok
+	if !ok {
+		return nil, false
+	}
+	_, servedHere = e.servedAt[where]
+	return e.m, servedHere
 }
 
 // put stores m, parsed from a body of size bytes that the caller verified
-// against d.
-func (c *manifestCache) put(d digest.Digest, m *manifest, size int64) {
+// against d and that where served.
+func (c *manifestCache) put(d digest.Digest, m *manifest, size int64, where string) {
 	if size > c.max {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[d]; ok {
+	if e, ok := c.m[d]; ok {
+		if len(e.servedAt) >= maxServedAt {
+			clear(e.servedAt)
+		}
+		e.servedAt[where] = struct{}{}
 		return
 	}
 	for c.bytes+size > c.max {
@@ -223,7 +245,7 @@ func (c *manifestCache) put(d digest.Digest, m *manifest, size int64) {
 		delete(c.m, od)
 		c.order.Remove(oldest)
 	}
-	c.m[d] = cachedManifest{m: m, size: size}
+	c.m[d] = cachedManifest{m: m, size: size, servedAt: map[string]struct{}{where: {}}}
 	c.order.PushBack(d)
 	c.bytes += size
 }
