@@ -511,9 +511,18 @@ func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList 
 			break
 		}
 	}
+	entriesValid := true
 	for i, v := range e.VouchedMirrors {
 		if err := registry.ValidateVouched([]registry.VouchedMirror{{Registry: v.Registry, Endpoint: v.Endpoint}}); err != nil {
 			errs = append(errs, field.Invalid(p.Child("vouchedMirrors").Index(i), v, err.Error()))
+			entriesValid = false
+		}
+	}
+	// Each entry may be valid and the list not: one registry named twice
+	// (docker.io and index.docker.io are one).
+	if entriesValid {
+		if err := registry.ValidateVouched(e.Vouched()); err != nil {
+			errs = append(errs, field.Invalid(p.Child("vouchedMirrors"), len(e.VouchedMirrors), err.Error()))
 		}
 	}
 	return errs

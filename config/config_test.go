@@ -105,6 +105,11 @@ func TestValidate(t *testing.T) {
 			c.ImagePolicy = &ImagePolicy{Config: "/etc/p.yaml", BinDir: "/bin", CacheSize: -1}
 			c.ImagePolicy.CachePurgeInterval.Duration = -1
 		}, []string{"imagePolicy.cacheSize", "imagePolicy.cachePurgeInterval"}},
+		{"a registry named twice among the vouched mirrors is refused, docker.io and index.docker.io being one", func(c *ProxyConfiguration) {
+			c.EnsureSecretPulledImages.VouchedMirrors = []VouchedMirror{
+				{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
+			}
+		}, []string{"ensureSecretPulledImages.vouchedMirrors", "named twice"}},
 		{"a relative kubeconfig names the field", func(c *ProxyConfiguration) {
 			c.Kubernetes = &Kubernetes{Kubeconfig: "kubeconfig", NodeName: "n", QPS: 1, Burst: 1}
 		}, []string{"kubernetes.kubeconfig: Invalid value"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -156,6 +157,16 @@ func (r *reloader) reload() error {
 			return err
 		}
 	}
+	if r.policy != nil && imagePolicy == nil {
+		return errors.New("imagePolicy: the section is gone: only a restart turns the image policy off")
+	}
+	if r.registry != nil {
+		if err := registry.ValidateVouched(cfg.EnsureSecretPulledImages.Vouched()); err != nil {
+			return fmt.Errorf("ensureSecretPulledImages.vouchedMirrors: %w", err)
+		}
+	}
+	// Only the injector's swap can fail from here (a provider it cannot
+	// build), and it comes first: a refusal leaves everything as it was.
 	attrs := []any{}
 	if r.injector != nil {
 		rep, err := r.injector.Reload(providers)
@@ -171,8 +182,7 @@ func (r *reloader) reload() error {
 		attrs = append(attrs, "imagePolicyHash", imagePolicy.Hash, "imagePolicyProviders", len(imagePolicy.Providers))
 	}
 	if r.registry != nil {
-		// Checked at load (config validation), so only what no check can
-		// foresee fails here, before anything else is swapped.
+		// Validated above, before anything was swapped.
 		if err := r.registry.Reload(cfg.EnsureSecretPulledImages.Vouched()); err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 func TestRestartOnly(t *testing.T) {
@@ -179,5 +180,59 @@ func TestReloadAppliesTheImagePolicy(t *testing.T) {
 	}
 	if !r.relevant(file, "") || !r.relevant(filepath.Join(bin, "policy"), "") {
 		t.Errorf("changes of the image policy's file or plugins are not watched")
+	}
+}
+
+// TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing: a list of vouched
+// mirrors the registry check refuses (one registry named twice) refuses
+// the reload before the image policy, loaded from the same reload, is
+// swapped in.
+func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "policy.yaml")
+	write := func(namespace string) {
+		t.Helper()
+		data := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ImagePolicyConfig\nproviders:\n" +
+			"  - {name: policy, apiVersion: imagepolicy.cri-image-proxy.io/v1alpha1, matchImages: [registry.test], namespaces: [" + namespace + "]}\n"
+		if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("secure")
+	cur := config.Default()
+	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+	cur.EnsureSecretPulledImages.Enabled = true
+	cur.SetDefaults()
+	engine, err := newImagePolicy(cur.ImagePolicy, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker, err := registry.New(registry.Options{HostsDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := *cur
+	next.EnsureSecretPulledImages.VouchedMirrors = []config.VouchedMirror{
+		{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
+	}
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return &next, nil }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.policy, r.registry = engine, checker
+	write("payments")
+	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "vouchedMirrors") {
+		t.Fatalf("got %v, want the vouched mirrors refused", err)
+	}
+	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
+		t.Errorf("a refused reload swapped the image policy in")
 	}
 }
