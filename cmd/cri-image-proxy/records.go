@@ -306,6 +306,12 @@ holds are settled then, as after a crash.`,
 			if rep.Unreadable > 0 {
 				fmt.Fprintf(out, "%d record(s) of the backup could not be read and were left: their images need verification\n", rep.Unreadable)
 			}
+			if rep.Intents > 0 {
+				fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
+			}
+			if rep.IntentsLost != "" {
+				fmt.Fprintf(out, "warning: the pull intents of the database it replaced could not be read (%s): an image a pull in flight at its last stop brings from now on is not tracked; run `records restore` again once such pulls have ended, or name nothing preloaded\n", rep.IntentsLost)
+			}
 			return nil
 		}}
 	cmd.Flags().StringArrayVar(&preloaded, "preloaded", nil, "an image on the node that is preloaded (a name, or an ID for all its names); repeat for more")

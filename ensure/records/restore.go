@@ -1,6 +1,7 @@
 package records
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
 
@@ -26,6 +28,14 @@ type RestoreReport struct {
 	// Unreadable records of the backup were left as they are: reading
 	// them fails, which already means "verify".
 	Unreadable int
+	// Intents is how many pull intents of the database Restore replaced
+	// (pulls in flight when it was last used) were carried into the
+	// restored one, so that the next start settles them.
+	Intents int
+	// IntentsLost says why the replaced database's intents could not be
+	// read ("" when they were, or there was no database): an image such a
+	// pull brings after the restore is not tracked.
+	IntentsLost string
 }
 
 // Restore installs the backup at path. The backup is copied aside, opened
@@ -33,8 +43,10 @@ type RestoreReport struct {
 // is marked there as pulled with no verified credential (MarkPulled): each
 // of its repositories the backup's record lacks, or, for an image the
 // backup has no record of and that is listed under no name, a record that
-// names none. Only then is the copy renamed over path, the file it
-// replaces kept beside it (Kept). A restore of an older backup thus never
+// names none. The pull intents of the file at path (pulls in flight when
+// it was last used, whose images may still arrive) are carried into the
+// copy. Only then is the copy renamed over path, the file it replaces
+// kept beside it (Kept). A restore of an older backup thus never
 // makes an image pulled since the backup pass for a preloaded one: every
 // pod verifies it once. present is every image on the node except those
 // the operator names preloaded.
@@ -64,14 +76,16 @@ func Restore(path, backup string, present []Image, now time.Time, opts Options) 
 	}
 	defer unlock()
 
+	intents, lost := currentIntents(path, dir, opts)
 	tmp, err := copyAside(backup, dir, filepath.Base(path)+".restore-*")
 	if err != nil {
 		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)
 	}
 	defer os.Remove(tmp) // after the rename there is nothing there
-	if rep, err = markUnknown(tmp, present, now, opts); err != nil {
+	if rep, err = markUnknown(tmp, present, intents, now, opts); err != nil {
 		return rep, err
 	}
+	rep.IntentsLost = lost
 	if _, err := os.Lstat(path); err == nil {
 		if rep.Kept, err = keep(path, now); err != nil {
 			return rep, fmt.Errorf("keeping %s: %w", path, err)
@@ -85,9 +99,42 @@ func Restore(path, backup string, present []Image, now time.Time, opts Options) 
 	return rep, syncDir(dir)
 }
 
+// rawIntent is a pull intent as stored: its key and its encoding, carried
+// whole (an undecodable one still stands for a pull).
+type rawIntent struct{ key, value []byte }
+
+// currentIntents reads the pull intents of the database at path, through a
+// copy (the caller holds path's lock, which a second open would wait on).
+// lost says why they could not be read; "" also when there is no file.
+func currentIntents(path, dir string, opts Options) (intents []rawIntent, lost string) {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, ""
+	}
+	cp, err := copyAside(path, dir, filepath.Base(path)+".intents-*")
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer os.Remove(cp)
+	s, err := Open(cp, Options{ReadOnly: true, OpenTimeout: opts.OpenTimeout})
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer s.Close()
+	err = s.db.View(func(tx *bolt.Tx) error {
+		return intentsBucket(tx).ForEach(func(k, v []byte) error {
+			intents = append(intents, rawIntent{key: bytes.Clone(k), value: bytes.Clone(v)})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err.Error()
+	}
+	return intents, ""
+}
+
 // markUnknown marks, in the database at path, every image of present the
-// database does not know, in one transaction.
-func markUnknown(path string, present []Image, now time.Time, opts Options) (rep RestoreReport, err error) {
+// database does not know, in one transaction, and adds intents.
+func markUnknown(path string, present []Image, intents []rawIntent, now time.Time, opts Options) (rep RestoreReport, err error) {
 	s, err := Open(path, Options{OpenTimeout: opts.OpenTimeout})
 	if err != nil {
 		return rep, fmt.Errorf("the backup, copied to %s: %w", path, err)
@@ -122,6 +169,18 @@ func markUnknown(path string, present []Image, now time.Time, opts Options) (rep
 	if err := s.PutRecords(changed); err != nil {
 		return rep, fmt.Errorf("marking the images the backup does not know: %w", err)
 	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for _, in := range intents {
+			if err := put(tx, intentsBucket(tx), keyIntentsCount, in.key, in.value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("carrying the pull intents of the database it replaces: %w", err)
+	}
+	rep.Intents = len(intents)
 	return rep, nil
 }
 

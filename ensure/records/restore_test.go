@@ -95,6 +95,51 @@ func TestRestore(t *testing.T) {
 		}
 	})
 
+	t.Run("the pull intents of the database it replaces are carried, so an image still arriving is settled at the next start", func(t *testing.T) {
+		path, backup := setup(t)
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AddIntent("r.test/team-a/slow:v1"); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		rep, err := Restore(path, backup, present, later, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Intents != 1 || rep.IntentsLost != "" {
+			t.Errorf("report %+v, want 1 intent carried", rep)
+		}
+		s, err = Open(path, Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		in, err := s.Intents()
+		if err != nil || len(in) != 1 || in[0].Image != "r.test/team-a/slow:v1" {
+			t.Errorf("intents after the restore: %+v, %v; want the one in flight", in, err)
+		}
+		if _, n, _ := s.Counts(); n != 1 {
+			t.Errorf("intent count %d, want 1", n)
+		}
+	})
+
+	t.Run("a database whose intents cannot be read is still replaced, and the report says so", func(t *testing.T) {
+		path, backup := setup(t)
+		if err := os.WriteFile(path, []byte("not a database"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := Restore(path, backup, present, later, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.IntentsLost == "" || rep.Intents != 0 {
+			t.Errorf("report %+v, want the intents named lost", rep)
+		}
+	})
+
 	t.Run("a database that is absent is restored, with nothing to keep", func(t *testing.T) {
 		_, backup := setup(t)
 		path := filepath.Join(t.TempDir(), "state", "ensure.db")
