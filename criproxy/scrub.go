@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -45,21 +46,37 @@ func PullSecrets(a *runtimeapi.AuthConfig) []string {
 const redacted = "<redacted>"
 
 // ScrubError returns err with every non-empty secret, and its %q-quoted
-// form, cut out of its message; a gRPC status keeps its code (its details,
-// which could quote it too, are dropped). err itself when none occurs.
+// form, cut out of its message; err itself when none occurs. The error is
+// first given its gRPC code as the edge would give it (ToStatus), so a
+// scrubbed errdefs or context error keeps its code, and the status's
+// details go when a secret occurs in them.
 func ScrubError(err error, secrets ...string) error {
 	if err == nil {
 		return nil
 	}
-	st := status.Convert(err)
+	st := status.Convert(ToStatus(err))
 	msg := scrub(st.Message(), secrets)
-	if msg == st.Message() && len(st.Details()) == 0 {
+	leakyDetails := len(st.Details()) > 0 && detailsQuote(st, secrets)
+	if msg == st.Message() && !leakyDetails {
 		return err
 	}
-	if msg == st.Message() {
-		return err
+	if !leakyDetails {
+		p := st.Proto()
+		p.Message = msg
+		return status.FromProto(p).Err()
 	}
 	return status.Error(st.Code(), msg)
+}
+
+// detailsQuote reports whether a status's details hold a secret, in any
+// form scrub would cut.
+func detailsQuote(st *status.Status, secrets []string) bool {
+	b, err := proto.Marshal(st.Proto())
+	if err != nil {
+		return true
+	}
+	body := string(b)
+	return scrub(body, secrets) != body
 }
 
 func scrub(msg string, secrets []string) string {

@@ -3,9 +3,12 @@ package criproxy
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,6 +45,45 @@ func TestNoCredentialInAnError(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), "quote-auth") || !strings.Contains(err.Error(), redacted) {
 				t.Errorf("the error lost what it says besides the secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestScrubError(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter22"
+	withDetails := func(detail string) error {
+		st, err := status.New(codes.Unauthenticated, "denied").WithDetails(&errdetails.ErrorInfo{Reason: detail})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	for _, tc := range []struct {
+		name        string
+		err         error
+		code        codes.Code
+		keepDetails bool
+	}{
+		{"a status keeps its code", status.Error(codes.NotFound, "no image, auth "+secret), codes.NotFound, false},
+		{"an errdefs error keeps the code the edge gives it", fmt.Errorf("pull with %s: %w", secret, errdefs.ErrPermissionDenied), codes.PermissionDenied, false},
+		{"a context error keeps the code the edge gives it", fmt.Errorf("pull with %s: %w", secret, context.DeadlineExceeded), codes.DeadlineExceeded, false},
+		{"details that quote a secret go", withDetails("auth " + secret), codes.Unauthenticated, false},
+		{"details that quote no secret stay", withDetails("no credential here"), codes.Unauthenticated, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := ScrubError(tc.err, secret)
+			st := status.Convert(got)
+			if st.Code() != tc.code {
+				t.Errorf("code %v, want %v", st.Code(), tc.code)
+			}
+			if strings.Contains(st.Message(), secret) || strings.Contains(fmt.Sprint(st.Details()), secret) {
+				t.Errorf("the secret is still there: %v %v", st.Message(), st.Details())
+			}
+			if (len(st.Details()) > 0) != tc.keepDetails {
+				t.Errorf("details %v, want kept: %v", st.Details(), tc.keepDetails)
 			}
 		})
 	}
