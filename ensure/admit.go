@@ -56,7 +56,7 @@ func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Imag
 	shown := use.shown()
 	ref := img.ID
 	switch {
-	case err != nil && !runtimeAnswered(err):
+	case err != nil && !runtimeAnswered(err, use.Image.Name):
 		if !g.mayNeedVerification(use.Image.Name) {
 			return nil
 		}
@@ -107,15 +107,18 @@ func (g *Guard) refused(ctx context.Context, pod Pod, use ImageUse, ref, rule st
 	g.log.InfoContext(ctx, "ensure: container refused", "image", use.shown(), "field", use.Field, "imageRef", ref, "pod", pod.String(), "rule", rule)
 }
 
-// runtimeAnswered reports whether an ImageStatus error is the runtime's
-// answer about the name (it cannot be parsed, or is not found), as opposed
-// to the runtime not answering at all (down, restarting, overloaded).
-func runtimeAnswered(err error) bool {
+// runtimeAnswered reports whether an ImageStatus error for name is the
+// runtime's answer about the name (it cannot be parsed, or is not found),
+// as opposed to the runtime not answering at all (down, restarting,
+// overloaded). A name that can name no image is answered whatever the
+// code: containerd 1.6 says Unknown for a name that is no reference and
+// no ID prefix, and no runtime could resolve it to an image.
+func runtimeAnswered(err error, name string) bool {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.NotFound:
 		return true
 	}
-	return false
+	return imageref.NamesNoImage(name)
 }
 
 // mayNeedVerification reports, from memory only, whether an image given

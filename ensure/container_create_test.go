@@ -100,6 +100,28 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 			t.Errorf("got %v (%v); want it forwarded", code, err)
 		}
 	})
+	t.Run("an Unknown about a name that can name no image is the runtime's answer (containerd 1.6), not an outage", func(t *testing.T) {
+		for _, tc := range []struct {
+			image string
+			want  codes.Code
+		}{
+			{"Not A Name", codes.PermissionDenied},
+			{"/var/lib/Checkpoint.tar", codes.PermissionDenied},
+			{private, codes.Unavailable},    // a name that may be an image: still no answer
+			{"deadbeef", codes.Unavailable}, // an ID prefix likewise
+		} {
+			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s.start(podA, private, "IfNotPresent")
+			s.node.statusErr = status.Error(codes.Unknown, "invalid image reference")
+			code, err := createWithMounts(s, podA, tc.image)
+			if code != tc.want {
+				t.Errorf("%q: got %v (%v), want %v", tc.image, code, err, tc.want)
+			}
+			if code == codes.PermissionDenied && strings.Contains(s.log.String(), "cannot answer") {
+				t.Errorf("%q: the log blames the runtime: %s", tc.image, s.log.String())
+			}
+		}
+	})
 	t.Run("a container image the runtime cannot parse is refused (it may be a checkpoint archive's path)", func(t *testing.T) {
 		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
 		if code, err := createWithMounts(s, podA, "/var/lib/Checkpoint.tar"); code != codes.PermissionDenied {

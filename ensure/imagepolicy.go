@@ -125,7 +125,7 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 	}
 	shown := use.shown()
 	switch {
-	case resolveErr != nil && !runtimeAnswered(resolveErr):
+	case resolveErr != nil && !runtimeAnswered(resolveErr, use.Image.Name):
 		if !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
 			return nil
 		}
@@ -273,7 +273,7 @@ func (g *Guard) ExplainPolicy(ctx context.Context, image, namespace string) (*Po
 	}
 	x := &PolicyExplanation{Image: image}
 	img, repo, err := g.resolve(ctx, ImageQuery{Name: image})
-	if err != nil && !runtimeAnswered(err) {
+	if err != nil && !runtimeAnswered(err, image) {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
 	}
 	x.ImageRef, x.Present = img.ID, img.ID != ""

@@ -20,6 +20,14 @@ func IsID(s string) bool { return idPattern.MatchString(s) }
 // image ID when no image has that name.
 func MayBeIDPrefix(s string) bool { return idPrefixPattern.MatchString(s) }
 
+// NamesNoImage reports whether no image can be given by s: it is no
+// reference, no image ID and no ID prefix. containerd resolves such a
+// string to nothing (1.6 answers it with Unknown, not NotFound): whatever
+// its code, the runtime's answer can only be "no such image".
+func NamesNoImage(s string) bool {
+	return !MayBeIDPrefix(s) && !Parse(s).OK
+}
+
 // Name is what a string names, parsed.
 type Name struct {
 	Repository string // normalized, no tag or digest: "docker.io/library/nginx"

@@ -64,6 +64,28 @@ func FuzzParse(f *testing.F) {
 // no reference can have are never remembered, and what is remembered is
 // bounded in bytes, so 1,000 distinct oversized names leave the live heap
 // within a few MiB of where it started.
+func TestNamesNoImage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		s    string
+		want bool
+	}{
+		{"a short name may name an image", "nginx", false},
+		{"a full reference may name an image", "registry.test:5000/team/app:v1", false},
+		{"an ID may name an image", "sha256:" + strings.Repeat("a", 64), false},
+		{"a hex string may be an ID prefix", "deadbeef", false},
+		{"words with spaces name nothing", "Not A Name", true},
+		{"a checkpoint archive's path names no image", "/var/lib/checkpoint.tar", true},
+		{"an upper-case repository names nothing", "Registry/App", true},
+		{"a string longer than any reference names nothing", strings.Repeat("a", 2000) + "/x", true},
+	} {
+		if got := NamesNoImage(tc.s); got != tc.want {
+			t.Errorf("%s: NamesNoImage(%.40q) = %v, want %v", tc.name, tc.s, got, tc.want)
+		}
+	}
+}
+
 func TestNamesCostBoundedMemoryWhateverTheyAreGiven(t *testing.T) {
 	var names Names
 	heap := func() uint64 {
