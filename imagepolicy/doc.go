@@ -32,10 +32,11 @@
 //     apiVersion refuses under Fail (the cause in the log and the
 //     operator's reason, a short reason for the pod) and allows under
 //     Ignore; a fault is never cached.
-//   - Cache: per provider, per (image ID or manifest digest, namespace),
-//     for the provider's allow or deny duration or the verdict's own
-//     cacheDuration; one plugin run at a time per image and namespace: a
-//     verdict holds for a namespace, not a pod. Reload drops every cached
+//   - Cache: per provider, per (image ID or manifest digest, repository,
+//     namespace) (a plugin may decide per repository), for the provider's
+//     allow or deny duration or the verdict's own cacheDuration; one
+//     plugin run at a time per image, repository and namespace: a verdict
+//     holds for a namespace, not a pod. Reload drops every cached
 //     verdict. Bind carries a pull's verdict over to the image ID the pull
 //     produced.
 //   - Observability: a debug decision log line per Decide, an info line

@@ -87,17 +87,25 @@ func (s *Subject) validate() error {
 }
 
 // cacheKeys are the keys a subject's verdicts are cached under: the image
-// ID (what a container runs) and the manifest digest (what a pull names).
+// ID (what a container runs) and the manifest digest (what a pull names),
+// each as the repository names it. The cache key is (digest,
+// provider, namespace); the repository is in it too because a plugin may
+// decide per repository (the reference plugin's policies do): a verdict
+// for one repository's copy of a digest is not the other's.
 func (s *Subject) cacheKeys() []string {
 	keys := make([]string, 0, 2)
 	if s.ImageID != "" {
-		keys = append(keys, s.ImageID)
+		keys = append(keys, cacheKey(s.Repository, s.ImageID))
 	}
 	if s.Digest != "" && s.Digest != s.ImageID {
-		keys = append(keys, s.Digest)
+		keys = append(keys, cacheKey(s.Repository, s.Digest))
 	}
 	return keys
 }
+
+// cacheKey is the cache key of an image ID or digest as repo names it;
+// repo is "" for an image known by ID only.
+func cacheKey(repo, id string) string { return repo + "@" + id }
 
 // Decision is one provider's part of a verdict.
 type Decision struct {
@@ -546,7 +554,7 @@ func (e *Engine) Bind(v Verdict, imageID string) {
 		}
 		if ttl := d.CachedUntil.Sub(now); ttl > 0 {
 			d.FromCache = false
-			_ = p.cache.Put(authcache.Image, imageID, v.Namespace, d, ttl)
+			_ = p.cache.Put(authcache.Image, cacheKey(v.repository, imageID), v.Namespace, d, ttl)
 		}
 	}
 }

@@ -280,17 +280,27 @@ func TestDecideCache(t *testing.T) {
 			t.Errorf("calls %d, want 2", f.calls())
 		}
 	})
+	t.Run("a verdict holds for its repository only: the same digest in another repository is asked again", func(t *testing.T) {
+		te, f := newEngine(t)
+		v := decide(t, te, pull("secure", "registry.test/app", digestA))
+		te.Bind(v, imageID)
+		decide(t, te, pull("secure", "registry.test/copy", digestA))
+		decide(t, te, create("secure", "registry.test/copy", imageID))
+		if f.calls() != 3 {
+			t.Errorf("calls %d, want 3: a plugin may decide per repository", f.calls())
+		}
+	})
 	t.Run("after Bind, a create by image ID finds the pull's verdict", func(t *testing.T) {
 		te, f := newEngine(t)
 		v := decide(t, te, pull("secure", "registry.test/app", digestA))
 		te.Bind(v, imageID)
 		te.clock.Step(30 * time.Minute)
-		c := decide(t, te, create("secure", "", imageID))
+		c := decide(t, te, create("secure", "registry.test/app", imageID))
 		if f.calls() != 1 || !c.Allowed || !c.Decisions[0].FromCache {
 			t.Errorf("calls %d, verdict %+v: want the pull's verdict from the cache", f.calls(), c)
 		}
 		te.clock.Step(30 * time.Minute)
-		decide(t, te, create("secure", "", imageID))
+		decide(t, te, create("secure", "registry.test/app", imageID))
 		if f.calls() != 2 {
 			t.Errorf("calls %d: the bound verdict must expire with the pull's", f.calls())
 		}
@@ -302,7 +312,7 @@ func TestDecideCache(t *testing.T) {
 		te, f := newEngine(t)
 		v := decide(t, te, pull("secure", "registry.test/app", digestA))
 		te.Bind(v, imageID)
-		decide(t, te, create("other", "", imageID))
+		decide(t, te, create("other", "registry.test/app", imageID))
 		if f.calls() != 2 {
 			t.Errorf("calls %d, want 2", f.calls())
 		}
@@ -313,7 +323,7 @@ func TestDecideCache(t *testing.T) {
 		v := decide(t, te, pull("secure", "registry.test/app", digestA))
 		te.Bind(v, imageID)
 		f.set(policyapi.Allow("ok"), nil)
-		decide(t, te, create("secure", "", imageID))
+		decide(t, te, create("secure", "registry.test/app", imageID))
 		if f.calls() != 2 {
 			t.Errorf("calls %d, want 2", f.calls())
 		}
@@ -327,7 +337,7 @@ func TestDecideCache(t *testing.T) {
 		te.fake()
 		te.Bind(v, imageID)
 		decide(t, te, pull("secure", "registry.test/app", digestA))
-		decide(t, te, create("secure", "", imageID))
+		decide(t, te, create("secure", "registry.test/app", imageID))
 		if f.calls() != 3 {
 			t.Errorf("calls %d, want 3: nothing cached survives a reload", f.calls())
 		}
