@@ -37,6 +37,12 @@ func (f *fakePods) Pod(_ context.Context, ns, name, uid string) (*corev1.Pod, er
 	return nil, fmt.Errorf("pod %s/%s not found", ns, name)
 }
 
+// CachedPod is Pod without an error: the fake's maps are its informer.
+func (f *fakePods) CachedPod(ns, name, uid string) *corev1.Pod {
+	p, _ := f.Pod(context.Background(), ns, name, uid)
+	return p
+}
+
 func (f *fakePods) Secret(_ context.Context, ns, name string) (*corev1.Secret, error) {
 	if s := f.secrets[ns+"/"+name]; s != nil {
 		return s, nil

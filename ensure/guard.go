@@ -125,6 +125,9 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 	}
 	g.setLeftover(leftover)
 	g.imagePolicy = newPolicyGate(opts.ImagePolicy, &g.names, opts.Logger)
+	if cp, ok := opts.Pods.(cachedPods); ok && g.imagePolicy != nil {
+		g.imagePolicy.pods = cp
+	}
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}

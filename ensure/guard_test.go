@@ -53,6 +53,8 @@ type setup struct {
 	checked bool
 	// imagePolicy, when set, is the guard's image policy.
 	imagePolicy ensure.ImagePolicy
+	// pods, when set, is the guard's Kubernetes API.
+	pods ensure.NodePods
 }
 
 // syncBuffer is a bytes.Buffer safe for the guard's concurrent writes.
@@ -96,6 +98,7 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 	}
 	opts.Registry = s.registryCheck()
 	opts.ImagePolicy = s.imagePolicy
+	opts.Pods = s.pods
 	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), opts); err != nil {
 		t.Fatal(err)
 	}

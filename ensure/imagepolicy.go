@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
@@ -39,6 +40,15 @@ type policyGate struct {
 	log    *slog.Logger
 	// names parses image names, remembered (the Decider's, for the Guard).
 	names *imageref.Names
+	// pods, when the proxy has the API, names a pod's service account.
+	pods cachedPods
+}
+
+// cachedPods finds a pod in memory (an informer's cache), never asking the
+// API: the plugins are told the service account when it is at hand, and a
+// cached verdict costs no API round trip. *podtoken.Source is the real one.
+type cachedPods interface {
+	CachedPod(namespace, name, uid string) *corev1.Pod
 }
 
 // nodePlatform is the platform the runtime pulls and runs: the registry
@@ -60,9 +70,18 @@ func newPolicyGate(policy ImagePolicy, names *imageref.Names, log *slog.Logger) 
 }
 
 // policyPod is the pod as the plugins see it. The service account is not
-// in the CRI; the verdict holds for the namespace.
-func (p Pod) policyPod() imagepolicy.Pod {
-	return imagepolicy.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Static: p.Static}
+// in the CRI: it comes from the informer's copy of the pod, when the proxy
+// has the API and the pod is there. It is for the plugin's information
+// (and its log): verdicts are cached and merged per namespace, not per
+// pod or account.
+func (p *policyGate) policyPod(pod Pod) imagepolicy.Pod {
+	out := imagepolicy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Static: pod.Static}
+	if p.pods != nil && pod.UID != "" {
+		if kpod := p.pods.CachedPod(pod.Namespace, pod.Name, pod.UID); kpod != nil {
+			out.ServiceAccount = kpod.Spec.ServiceAccountName
+		}
+	}
+	return out
 }
 
 // repository is the normalized repository image names, "" for an image ID
@@ -88,7 +107,7 @@ func (p *policyGate) pull(ctx context.Context, image string, pod Pod, cred regis
 	}
 	s := imagepolicy.Subject{
 		Call: imagepolicy.CallPullImage, Image: image, Repository: p.repository(image), Digest: res.ManifestDigest.String(),
-		ImageID: imageID, Platform: nodePlatform, Pod: pod.policyPod(), Credential: policyCredential(cred),
+		ImageID: imageID, Platform: nodePlatform, Pod: p.policyPod(pod), Credential: policyCredential(cred),
 	}
 	v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
 	if !v.Allowed {
@@ -147,7 +166,7 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 	if use.Field != "image" {
 		call = imagepolicy.CallImageVolume
 	}
-	s := imagepolicy.Subject{Call: call, Image: shown, ImageID: img.ID, Platform: nodePlatform, Pod: pod.policyPod()}
+	s := imagepolicy.Subject{Call: call, Image: shown, ImageID: img.ID, Platform: nodePlatform, Pod: p.policyPod(pod)}
 	return p.eachRepository(img, repo, func(repo, digest string) error {
 		s.Repository, s.Digest = repo, digest
 		v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses

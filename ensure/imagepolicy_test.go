@@ -12,6 +12,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
@@ -214,6 +217,22 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 			if got := s.start(podOther, img, "Always"); got != running {
 				t.Errorf("%s: %s", img, got)
 			}
+		}
+	})
+	t.Run("the pod's service account is told when the informer holds the pod", func(t *testing.T) {
+		t.Parallel()
+		s, f := newPolicySetup(t)
+		s.pods = &fakePods{pods: []*corev1.Pod{{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "secure", Name: "pod-" + podSecure.uid, UID: types.UID(podSecure.uid)},
+			Spec:       corev1.PodSpec{ServiceAccountName: "web"},
+		}}}
+		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		if got := s.start(podSecure, signedImage, "IfNotPresent"); got != running {
+			t.Fatalf("%s, want %s", got, running)
+		}
+		asked := f.subjects()
+		if len(asked) != 2 || asked[0].Pod.ServiceAccount != "web" || asked[1].Pod.ServiceAccount != "web" {
+			t.Errorf("asked %+v; want the service account web at pull and at create", asked)
 		}
 	})
 	t.Run("a static pod is said to be one", func(t *testing.T) {

@@ -151,6 +151,19 @@ func (s *Source) Pod(ctx context.Context, namespace, name, uid string) (*corev1.
 	return p, nil
 }
 
+// CachedPod is the pod namespace/name with UID uid as the informer holds
+// it, never read from the API; nil when it holds no such pod (not synced,
+// not on this node, another UID).
+func (s *Source) CachedPod(namespace, name, uid string) *corev1.Pod {
+	if !s.synced() {
+		return nil
+	}
+	if p, err := s.pods.Pods(namespace).Get(name); err == nil && string(p.UID) == uid {
+		return p
+	}
+	return nil
+}
+
 // PodsOnNode lists the node's pods the informer holds; nil before it synced.
 func (s *Source) PodsOnNode() []*corev1.Pod {
 	if !s.synced() {
