@@ -149,7 +149,7 @@ func TestCutPullsLeaveNothingOpen(t *testing.T) {
 	t.Logf("%s: one pull %v (measured %v); %d pulls, %d cut by their deadline, %d of them after the image arrived; %d held; "+
 		"the proxy found %d image(s) that arrived and kept %d intent(s) of pulls cut before the runtime finished\n%s",
 		testRig.Runtime.Name, length, lengths, len(outcomes), cut, cutAfter, held,
-		strings.Count(log, "failed, but the image arrived"), strings.Count(log, "a pull was cut by its caller"), strings.Join(summary, " "))
+		strings.Count(log, "failed, but the image arrived"), strings.Count(log, "a pull was cut before the runtime"), strings.Join(summary, " "))
 	if cut == 0 || cut == len(outcomes) {
 		t.Errorf("%d of %d pulls were cut: the spread of deadlines missed one pull's length", cut, len(outcomes))
 	}

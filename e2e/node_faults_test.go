@@ -208,7 +208,7 @@ func (e *nodeEnv) scenarioKubeletRestartMidPull(t *testing.T) {
 	e.neverRan(t, bAfter)
 	log := e.proxy.proc.LogText()
 	t.Logf("the image was on the node when the kubelet came back: %v; the proxy tracked %d image(s) of failed pulls and kept %d intent(s) of cut pulls; B: %s",
-		arrived, strings.Count(log, "failed, but the image arrived"), strings.Count(log, "a pull was cut by its caller"), e.eventSummary(b))
+		arrived, strings.Count(log, "failed, but the image arrived"), strings.Count(log, "a pull was cut before the runtime"), e.eventSummary(b))
 
 	e.deletePods(t, a, b, bNever, bAfter)
 }

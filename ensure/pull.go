@@ -218,7 +218,7 @@ func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, befor
 		g.logDecision(ctx, "PullImage: failed, but the image arrived: tracked with no verified credential", image, img.ID, "", "every pod verifies")
 	case cut:
 		g.keepIntent(Intent{ID: intent, Image: image}, repo)
-		g.log.Info("a pull was cut by its caller before the runtime said it finished; its intent is kept until a GC run or a pull of the image settles it", "image", image)
+		g.log.Info("a pull was cut before the runtime said it finished; its intent is kept", "image", image, "settledBy", "a GC run or a pull of the image")
 	default:
 		if err := g.store.DropIntent(intent); err != nil {
 			g.keepIntent(Intent{ID: intent, Image: image}, repo)
@@ -235,6 +235,6 @@ func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
 	g.keepIntent(Intent{ID: intent, Image: image}, repo)
 	g.unrecorded.inc(ref)
 	g.metrics.recordErr.Inc()
-	g.log.Error("recording a pull failed; the image needs verification by every other pod until its intent is settled",
-		"image", image, "imageRef", ref, "err", err)
+	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
+		"until", "its intent is settled", "err", err)
 }
