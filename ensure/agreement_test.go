@@ -73,6 +73,9 @@ func (annotatedAccounts) ServiceAccountMayPull(_ string, sa *corev1.ServiceAccou
 // CreateContainer lets that pod use; an image CreateContainer would refuse
 // is hidden, so that the kubelet pulls (IfNotPresent) or reports
 // ErrImageNeverPull (Never) instead of a pod stuck at CreateContainer.
+// One pod waits at a time: while an entitled Never pod waits, ImageStatus
+// shows the image to every waiting pod by design (threat 9 of
+// docs/threat-model.md), and another tenant's is refused at create.
 func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 	t.Parallel()
 	const repo = "registry.test/team-a/app"
