@@ -288,7 +288,8 @@ func (n *fakeNode) Check(_ context.Context, r registry.Request) (registry.Result
 	}
 	res := registry.Result{Registry: "registry.test", Endpoint: "https://registry.test/v2", Repository: named.Name(),
 		ManifestDigest: digest.Digest(manifestDigest(id)), ImageManifest: digest.Digest(manifestDigest(id)), ConfigDigest: digest.Digest(id),
-		CredentialKind: r.Credential.Kind(), BlobsChecked: 2, Requests: 3}
+		CredentialKind: r.Credential.Kind(), BlobsChecked: 2, Requests: 3,
+		Blobs: []digest.Digest{digest.Digest(id), digest.FromString("layer of " + id)}}
 	if r.ImageID != "" && r.ImageID != id {
 		return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the tag moved"}
 	}

@@ -93,9 +93,15 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 // reportVerified tells the outer Pull (and the decision log) the
 // registry's word on the credential.
 func (g *Guard) reportVerified(ctx context.Context, image string, res registry.Result, id string, fromNode bool) {
+	var checked []string
+	if res.BlobsChecked > 0 {
+		for _, b := range res.Blobs[:min(len(res.Blobs), pullreport.MaxListedBlobs)] {
+			checked = append(checked, b.String())
+		}
+	}
 	pullreport.ReportVerified(ctx, pullreport.Verification{
 		ImageID: id, Registry: res.Registry, Endpoint: res.Endpoint, Vouched: res.Vouched, CredentialKind: res.CredentialKind,
-		ManifestDigest: res.ManifestDigest.String(), Blobs: res.BlobsChecked, Requests: res.Requests, FromNode: fromNode,
+		ManifestDigest: res.ManifestDigest.String(), Blobs: res.BlobsChecked, CheckedBlobs: checked, Requests: res.Requests, FromNode: fromNode,
 	})
 	what := "PullImage: the registry verified the credential; the runtime pulled"
 	if fromNode {
@@ -104,7 +110,7 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", id,
 			"endpoint", res.Endpoint, "vouched", res.Vouched, "credential", res.CredentialKind,
-			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "requests", res.Requests)
+			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests)
 	}
 }
 

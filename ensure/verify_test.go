@@ -71,7 +71,10 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 		}
 		e, err := s.guard.Explain(context.Background(), private, "")
 		if err != nil || len(e.Verifications) != 1 || e.Verifications[0].Endpoint != "https://registry.test/v2" || !e.Verifications[0].FromNode {
-			t.Errorf("explain does not say which endpoint verified the last credential: %+v, %v", e, err)
+			t.Fatalf("explain does not say which endpoint verified the last credential: %+v, %v", e, err)
+		}
+		if b := e.Verifications[0].CheckedBlobs; len(b) != 2 || b[0] != refApp {
+			t.Errorf("explain lists the blobs checked as %v; want the config %s and a layer", b, refApp)
 		}
 	})
 	t.Run("a tag moved since the image came: the runtime pulls the new image, recorded for the credential", func(t *testing.T) {

@@ -51,7 +51,7 @@ type authState struct {
 
 func (k *check) start(ctx context.Context, ep *endpoint) {
 	k.ep = ep
-	k.observe = k.c.metrics.requests.WithLabelValues(k.name.registry)
+	k.observe = k.c.metrics.requests.WithLabelValues(k.name.registry, ep.label())
 	base := ep.host.Client.Transport
 	if base == nil {
 		base = http.DefaultTransport
@@ -499,16 +499,16 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 		switch o.kind {
 		case present:
 			k.res.BlobsChecked++
-			k.c.metrics.blobs.WithLabelValues(k.name.registry, "present").Inc()
+			k.c.metrics.blobs.WithLabelValues(k.name.registry, k.ep.label(), "present").Inc()
 		case missing, refused:
 			how := "missing"
 			if o.kind == refused {
 				how = "refused"
 			}
-			k.c.metrics.blobs.WithLabelValues(k.name.registry, how).Inc()
+			k.c.metrics.blobs.WithLabelValues(k.name.registry, k.ep.label(), how).Inc()
 			absent = append(absent, fmt.Sprintf("%s %s", targets[i].digest, how))
 		default:
-			k.c.metrics.blobs.WithLabelValues(k.name.registry, "error").Inc()
+			k.c.metrics.blobs.WithLabelValues(k.name.registry, k.ep.label(), "error").Inc()
 			switch {
 			case o.err == nil:
 				firstFailure = failure(ErrUnreachable, "internal error", "HEAD %s%s: no outcome", k.name.repository, targets[i].path)

@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // env is a registry with auth, its images, and a Checker with a log.
@@ -639,6 +640,10 @@ func TestCheckAsksAVouchedMirrorInsteadOfTheServer(t *testing.T) {
 			}
 			if _, err := checker.Check(context.Background(), Request{Image: tc.image, ImageID: string(e.imgID), Credential: bob(), Blobs: true}); !errors.Is(err, ErrDenied) {
 				t.Errorf("bob: got %v, want ErrDenied from the mirror", err)
+			}
+			// The metrics tell the mirror's answers from the server's.
+			if n := testutil.ToFloat64(checker.metrics.checks.WithLabelValues(res.Registry, "http://"+tc.mirror.host, resultVerified)); n != 1 {
+				t.Errorf("checks verified by the mirror's endpoint: %v, want 1", n)
 			}
 			seen := tc.mirror.requests()
 			if len(seen) == 0 || seen[0].ns != res.Registry {

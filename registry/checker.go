@@ -125,12 +125,12 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 	res.CredentialKind = r.Credential.Kind()
 	name, err := parseImage(r.Image)
 	if err != nil {
-		c.metrics.checks.WithLabelValues("", resultInvalid).Inc()
+		c.metrics.checks.WithLabelValues("", "", resultInvalid).Inc()
 		return res, err
 	}
 	imageID, err := parseImageID(r.ImageID)
 	if err != nil {
-		c.metrics.checks.WithLabelValues(name.registry, resultInvalid).Inc()
+		c.metrics.checks.WithLabelValues(name.registry, "", resultInvalid).Inc()
 		return res, err
 	}
 	platform := platforms.DefaultSpec()
@@ -159,7 +159,11 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		if errors.As(err, &e) && e.Endpoint == "" {
 			e.Endpoint = res.Endpoint
 		}
-		c.metrics.checks.WithLabelValues(name.registry, result).Inc()
+		endpoint := ""
+		if chk.ep != nil {
+			endpoint = chk.ep.label()
+		}
+		c.metrics.checks.WithLabelValues(name.registry, endpoint, result).Inc()
 		c.log.LogAttrs(ctx, slog.LevelDebug, "registry check",
 			slog.String("image", r.Image), slog.String("endpoint", res.Endpoint), slog.Bool("vouched", res.Vouched),
 			slog.String("credential", res.CredentialKind), slog.String("result", result),

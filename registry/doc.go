@@ -98,8 +98,9 @@
 // manifest bodies (which knowing a digest does not give). Only fetching
 // every layer and verifying it would prove more.
 //
-// Metrics (Options.Registerer), labelled by registry host only:
-// cri_image_proxy_registry_checks_total{registry,result},
-// cri_image_proxy_registry_blob_checks_total{registry,result},
-// cri_image_proxy_registry_request_duration_seconds{registry}.
+// Metrics (Options.Registerer), labelled by registry host and the
+// endpoint asked (scheme and host: the server, or a vouched mirror):
+// cri_image_proxy_registry_checks_total{registry,endpoint,result},
+// cri_image_proxy_registry_blob_checks_total{registry,endpoint,result},
+// cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
 package registry

@@ -54,6 +54,9 @@ type endpoint struct {
 
 func (e *endpoint) String() string { return e.host.Scheme + "://" + e.host.Host + e.host.Path }
 
+// label is the endpoint as the metrics name it: scheme and host.
+func (e *endpoint) label() string { return e.host.Scheme + "://" + e.host.Host }
+
 // namespace is the "ns" query argument containerd adds when the host asked
 // is not the registry the image names (a mirror, or a server elsewhere), so
 // that the requests are the runtime's own.

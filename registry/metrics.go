@@ -3,12 +3,13 @@ package registry
 import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are labelled by the registry host the image names (bounded by
-// what a node pulls), never by a repository, an endpoint's path or
-// anything of a credential.
+// what a node pulls) and the endpoint asked, scheme and host only (the
+// registry's server or a vouched mirror: one per registry), never by a
+// repository, an endpoint's path or anything of a credential.
 type metrics struct {
-	checks   *prometheus.CounterVec   // registry, result
-	blobs    *prometheus.CounterVec   // registry, result
-	requests *prometheus.HistogramVec // registry
+	checks   *prometheus.CounterVec   // registry, endpoint, result
+	blobs    *prometheus.CounterVec   // registry, endpoint, result
+	requests *prometheus.HistogramVec // registry, endpoint
 }
 
 // Results of a check, as the checks metric labels them.
@@ -24,17 +25,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "checks_total",
-			Help: "Checks at an image's registry (or a vouched mirror) of a credential for an image, by registry host and result (verified, denied, moved, unreachable, invalid).",
-		}, []string{"registry", "result"}),
+			Help: "Checks at an image's registry (or a vouched mirror) of a credential for an image, by registry host, endpoint asked (\"\" when none was) and result (verified, denied, moved, unreachable, invalid).",
+		}, []string{"registry", "endpoint", "result"}),
 		blobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "blob_checks_total",
-			Help: "Blobs (and manifests by digest) a check asked the repository for with HEAD, by registry host and result (present, missing, refused, error).",
-		}, []string{"registry", "result"}),
+			Help: "Blobs (and manifests by digest) a check asked the repository for with HEAD, by registry host, endpoint and result (present, missing, refused, error).",
+		}, []string{"registry", "endpoint", "result"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "request_duration_seconds",
-			Help:    "Time to the response headers of each HTTP request of a check (token requests and redirects included), by registry host.",
+			Help:    "Time to the response headers of each HTTP request of a check (token requests and redirects included), by registry host and endpoint.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"registry"}),
+		}, []string{"registry", "endpoint"}),
 	}
 	if reg == nil {
 		return m, nil

@@ -68,10 +68,10 @@ func TestMetricsCountChecksByRegistryAndResult(t *testing.T) {
 		c      prometheus.Collector
 		want   float64
 	}{
-		{"verified", c.metrics.checks.WithLabelValues(e.reg.host, resultVerified), 1},
-		{"denied", c.metrics.checks.WithLabelValues(e.reg.host, resultDenied), 1},
-		{"moved", c.metrics.checks.WithLabelValues(e.reg.host, resultMoved), 1},
-		{"blobs present", c.metrics.blobs.WithLabelValues(e.reg.host, "present"), 3},
+		{"verified", c.metrics.checks.WithLabelValues(e.reg.host, "https://"+e.reg.host, resultVerified), 1},
+		{"denied", c.metrics.checks.WithLabelValues(e.reg.host, "https://"+e.reg.host, resultDenied), 1},
+		{"moved", c.metrics.checks.WithLabelValues(e.reg.host, "https://"+e.reg.host, resultMoved), 1},
+		{"blobs present", c.metrics.blobs.WithLabelValues(e.reg.host, "https://"+e.reg.host, "present"), 3},
 	} {
 		if got := testutil.ToFloat64(tc.c); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.metric, got, tc.want)
@@ -87,7 +87,7 @@ func TestMetricsCountChecksByRegistryAndResult(t *testing.T) {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "registry" && l.GetName() != "result" {
+				if l.GetName() != "registry" && l.GetName() != "endpoint" && l.GetName() != "result" {
 					t.Errorf("%s has label %s", mf.GetName(), l.GetName())
 				}
 				assertNoSecret(t, "a metric label", l.GetValue())

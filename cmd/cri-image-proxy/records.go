@@ -23,6 +23,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // recordsFlags say where the records are: the daemon's admin socket, else
@@ -450,6 +451,12 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 				}
 				fmt.Fprintf(out, "verified:    %s at %s by %s (%s), %s credential, %d blobs checked, %d requests\n",
 					v.Repository, v.At.Format("2006-01-02T15:04:05Z07:00"), by, v.Endpoint, v.CredentialKind, v.Blobs, v.Requests)
+				for _, b := range v.CheckedBlobs {
+					fmt.Fprintf(out, "             blob present: %s\n", b)
+				}
+				if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
+					fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, pullreport.MaxListedBlobs)
+				}
 			}
 			fmt.Fprintf(out, "check:       %s\n", e.Result)
 			if podUID != "" {

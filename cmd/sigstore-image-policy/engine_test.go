@@ -53,7 +53,10 @@ func TestThroughTheEngine(t *testing.T) {
 	}
 	id := "sha256:" + strings.Repeat("5", 64)
 	e.Bind(v, id)
-	c, _ := e.Decide(ctx, imagepolicy.Subject{Call: imagepolicy.CallCreateContainer, Image: id, ImageID: id, Pod: imagepolicy.Pod{Namespace: "secure"}})
+	// The pulled image is listed under the pull's repository: a create by
+	// its ID is decided as that repository's image.
+	signedRepo, _, _ := strings.Cut(signed, "@")
+	c, _ := e.Decide(ctx, imagepolicy.Subject{Call: imagepolicy.CallCreateContainer, Image: id, ImageID: id, Repository: signedRepo, Pod: imagepolicy.Pod{Namespace: "secure"}})
 	if !c.Allowed || !c.Decisions[0].FromCache {
 		t.Errorf("create of the signed image by ID: %+v", c)
 	}

@@ -34,11 +34,18 @@ type Verification struct {
 	CredentialKind string // anonymous, basic, identity token, registry token
 	ManifestDigest string
 	Blobs          int // blobs checked in the repository
-	Requests       int // requests the check made
+	// CheckedBlobs names the blobs found present (the config, then the
+	// layers), at most MaxListedBlobs of them: what explain shows.
+	CheckedBlobs []string
+	Requests     int // requests the check made
 	// FromNode: the image was already on the node; the registry's answer
 	// stood for the pull, and the runtime was not asked to pull.
 	FromNode bool
 }
+
+// MaxListedBlobs bounds CheckedBlobs: the daemon keeps thousands of
+// verifications in memory for explain.
+const MaxListedBlobs = 16
 
 type pullReportKey struct{}
 
