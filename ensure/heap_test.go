@@ -1,0 +1,49 @@
+package ensure_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+)
+
+// TestHostileNamesLeaveTheGuardsHeapWhereItWas: 1,000 ImageStatus calls
+// with distinct 1 MiB names, through the guard's filter and the guard, a
+// runtime answering each as an image of the node (the worst case: Hide
+// runs on the name), leave the live heap within a few MiB of where it
+// started: nothing of a name no reference can have is remembered (#27).
+// Not parallel: the heap is the process's.
+func TestHostileNamesLeaveTheGuardsHeapWhereItWas(t *testing.T) {
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s.start(podA, private, "IfNotPresent") // a record: hiding has work to do
+	ctx := context.Background()
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	present := func(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+		name := req.GetImage().GetImage()
+		return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: refApp, RepoTags: []string{name}}}, nil
+	}
+	start := heap()
+	big := strings.Repeat("a", 1<<20)
+	for i := range 1000 {
+		req := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: fmt.Sprintf("registry.test/%d/%s:v1", i, big)}}
+		if !s.guard.WantsImageStatus(req) {
+			continue
+		}
+		if _, err := s.guard.ImageStatus(ctx, req, present); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grown := int64(heap()) - int64(start); grown > 8<<20 {
+		t.Errorf("the live heap grew by %d MiB; want a few at most", grown>>20)
+	}
+}
