@@ -105,57 +105,74 @@ func TestEveryPullThatEndsLeavesItsImageTracked(t *testing.T) {
 			arrived:          true,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-			mem := s.store.(*ensuretest.MemoryStore)
-			if tc.storeFails {
-				mem.FailWrites = errors.New("no space left on device")
+		for _, checked := range []bool{false, true} {
+			name := tc.name
+			if checked {
+				// As the daemon chains it: the registry check innermost.
+				name += ", with the registry check"
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			_, _ = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()},
-				func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+				if checked {
+					s.checked = true
+					s.restart(t, ensure.NeverVerifyPreloadedImages)
+				}
+				mem := s.store.(*ensuretest.MemoryStore)
+				if tc.storeFails {
+					mem.FailWrites = errors.New("no space left on device")
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				runtimePull := func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 					resp, err := tc.end(s.node, cancel)
 					if tc.runtimeDownAfter {
 						s.node.setStatusErr(status.Error(codes.Unavailable, "connection refused"))
 					}
 					return resp, err
-				})
-			if tc.late {
-				s.node.put(private, refApp)
-			}
-			if got := s.node.has(refApp); got != tc.arrived {
-				t.Fatalf("the node holds the image: %v, want %v", got, tc.arrived)
-			}
-			if tc.runtimeDownAfter {
-				// Until the runtime answers, the repository counts as pulled:
-				// B's CreateContainer by name is refused (Unavailable).
-				if got := s.start(podB, private, "Never"); got == running {
-					t.Errorf("while the runtime does not answer, tenant B: %s", got)
 				}
-				s.node.setStatusErr(nil)
-				if _, _, err := s.guard.GC(context.Background()); err != nil {
-					t.Fatalf("GC: %v", err)
+				next := runtimePull
+				if checked {
+					next = func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+						return s.guard.VerifyPullImage(ctx, req, runtimePull)
+					}
 				}
-			}
-			assertTracked(t, s, tc.arrived)
-			if tc.storeFails {
-				mem.FailWrites = nil
-			}
-			// The puller pulls again and then re-uses, as before.
-			if got := s.start(podA, private, "IfNotPresent"); got != running {
-				t.Errorf("tenant A pulls again: %s", got)
-			}
-			before := s.node.registryRequests()
-			if got := s.start(podA2, private, "IfNotPresent"); got != running || s.node.registryRequests() != before {
-				t.Errorf("tenant A's second pod: %s, %d registry requests; want a re-use", got, s.node.registryRequests()-before)
-			}
-			assertTracked(t, s, true)
-			if ints, err := s.store.Intents(); err != nil || len(ints) != 0 {
-				t.Errorf("intents left: %v, %v", ints, err)
-			}
-		})
+				_, _ = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()}, next)
+				if tc.late {
+					s.node.put(private, refApp)
+				}
+				if got := s.node.has(refApp); got != tc.arrived {
+					t.Fatalf("the node holds the image: %v, want %v", got, tc.arrived)
+				}
+				if tc.runtimeDownAfter {
+					// Until the runtime answers, the repository counts as pulled:
+					// B's CreateContainer by name is refused (Unavailable).
+					if got := s.start(podB, private, "Never"); got == running {
+						t.Errorf("while the runtime does not answer, tenant B: %s", got)
+					}
+					s.node.setStatusErr(nil)
+					if _, _, err := s.guard.GC(context.Background()); err != nil {
+						t.Fatalf("GC: %v", err)
+					}
+				}
+				assertTracked(t, s, tc.arrived)
+				if tc.storeFails {
+					mem.FailWrites = nil
+				}
+				// The puller pulls again and then re-uses, as before.
+				if got := s.start(podA, private, "IfNotPresent"); got != running {
+					t.Errorf("tenant A pulls again: %s", got)
+				}
+				before := s.node.registryRequests()
+				if got := s.start(podA2, private, "IfNotPresent"); got != running || s.node.registryRequests() != before {
+					t.Errorf("tenant A's second pod: %s, %d registry requests; want a re-use", got, s.node.registryRequests()-before)
+				}
+				assertTracked(t, s, true)
+				if ints, err := s.store.Intents(); err != nil || len(ints) != 0 {
+					t.Errorf("intents left: %v, %v", ints, err)
+				}
+			})
+		}
 	}
 }
 
