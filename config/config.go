@@ -514,7 +514,8 @@ func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList 
 	entriesValid := true
 	for i, v := range e.VouchedMirrors {
 		if err := registry.ValidateVouched([]registry.VouchedMirror{{Registry: v.Registry, Endpoint: v.Endpoint}}); err != nil {
-			errs = append(errs, field.Invalid(p.Child("vouchedMirrors").Index(i), v, err.Error()))
+			shown := VouchedMirror{Registry: v.Registry, Endpoint: registry.RedactURL(v.Endpoint)}
+			errs = append(errs, field.Invalid(p.Child("vouchedMirrors").Index(i), shown, err.Error()))
 			entriesValid = false
 		}
 	}

@@ -110,6 +110,9 @@ func TestValidate(t *testing.T) {
 				{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
 			}
 		}, []string{"ensureSecretPulledImages.vouchedMirrors", "named twice"}},
+		{"a vouched mirror's endpoint with a password is refused without showing it", func(c *ProxyConfiguration) {
+			c.EnsureSecretPulledImages.VouchedMirrors = []VouchedMirror{{Registry: "docker.io", Endpoint: "https://user:hunter22@mirror.example"}}
+		}, []string{"ensureSecretPulledImages.vouchedMirrors[0]", "no user", "xxxxx"}},
 		{"a relative kubeconfig names the field", func(c *ProxyConfiguration) {
 			c.Kubernetes = &Kubernetes{Kubeconfig: "kubeconfig", NodeName: "n", QPS: 1, Burst: 1}
 		}, []string{"kubernetes.kubeconfig: Invalid value"}},
@@ -137,6 +140,9 @@ func TestValidate(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+			if strings.Contains(err.Error(), "hunter22") {
+				t.Errorf("error %q shows a password", err)
 			}
 		})
 	}

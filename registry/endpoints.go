@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -118,13 +119,17 @@ func normalizeRegistry(s string) (string, error) {
 func parseEndpointURL(s string) (vouchedURL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return vouchedURL{}, fmt.Errorf("%q: %v", s, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a password
+		}
+		return vouchedURL{}, fmt.Errorf("%s: %v", RedactURL(s), err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return vouchedURL{}, fmt.Errorf("%q: the scheme must be http or https", s)
+		return vouchedURL{}, fmt.Errorf("%q: the scheme must be http or https", u.Redacted())
 	}
 	if u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return vouchedURL{}, fmt.Errorf("%q: want scheme://host[:port][/path], no user, query or fragment", s)
+		return vouchedURL{}, fmt.Errorf("%q: want scheme://host[:port][/path], no user, query or fragment", u.Redacted())
 	}
 	v := vouchedURL{scheme: u.Scheme, host: u.Host, path: "/v2"}
 	if p := path.Clean("/" + u.Path); p != "/" {
@@ -134,6 +139,16 @@ func parseEndpointURL(s string) (vouchedURL, error) {
 		}
 	}
 	return v, nil
+}
+
+// RedactURL is s for a log or an error: a password in it masked, and a
+// string that does not parse as a URL not shown at all.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return strconv.Quote(u.Redacted())
 }
 
 // hostsCache keeps what containerd's ConfigureHosts made of a registry's
