@@ -3,6 +3,7 @@ package criproxy
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -69,14 +70,32 @@ func ScrubError(err error, secrets ...string) error {
 }
 
 // detailsQuote reports whether a status's details hold a secret, in any
-// form scrub would cut.
+// form scrub would cut, as bytes or in JSON's escapes of <, > and &.
 func detailsQuote(st *status.Status, secrets []string) bool {
-	b, err := proto.Marshal(st.Proto())
-	if err != nil {
-		return true
+	for _, d := range st.Proto().GetDetails() {
+		b, err := proto.Marshal(d)
+		if err != nil {
+			return true
+		}
+		body := string(b)
+		if scrub(body, secrets) != body || scrub(body, jsonEscaped(secrets)) != body {
+			return true
+		}
 	}
-	body := string(b)
-	return scrub(body, secrets) != body
+	return false
+}
+
+// jsonEscaped is each secret as encoding/json writes it inside a string.
+func jsonEscaped(secrets []string) []string {
+	out := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		b, err := json.Marshal(s)
+		if err != nil || len(b) < 2 {
+			continue
+		}
+		out = append(out, string(b[1:len(b)-1]))
+	}
+	return out
 }
 
 func scrub(msg string, secrets []string) string {

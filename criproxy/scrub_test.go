@@ -53,13 +53,14 @@ func TestNoCredentialInAnError(t *testing.T) {
 func TestScrubError(t *testing.T) {
 	t.Parallel()
 	const secret = "hunter22"
-	withDetails := func(detail string) error {
-		st, err := status.New(codes.Unauthenticated, "denied").WithDetails(&errdetails.ErrorInfo{Reason: detail})
+	withMessageAndDetails := func(msg, detail string) error {
+		st, err := status.New(codes.Unauthenticated, msg).WithDetails(&errdetails.ErrorInfo{Reason: detail})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st.Err()
 	}
+	withDetails := func(detail string) error { return withMessageAndDetails("denied", detail) }
 	for _, tc := range []struct {
 		name        string
 		err         error
@@ -71,6 +72,7 @@ func TestScrubError(t *testing.T) {
 		{"a context error keeps the code the edge gives it", fmt.Errorf("pull with %s: %w", secret, context.DeadlineExceeded), codes.DeadlineExceeded, false},
 		{"details that quote a secret go", withDetails("auth " + secret), codes.Unauthenticated, false},
 		{"details that quote no secret stay", withDetails("no credential here"), codes.Unauthenticated, true},
+		{"details that quote no secret stay when the message is scrubbed", withMessageAndDetails("denied for "+secret, "no credential here"), codes.Unauthenticated, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
