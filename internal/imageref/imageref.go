@@ -25,7 +25,9 @@ func MayBeIDPrefix(s string) bool { return idPrefixPattern.MatchString(s) }
 // string to nothing (1.6 answers it with Unknown, not NotFound): whatever
 // its code, the runtime's answer can only be "no such image".
 func NamesNoImage(s string) bool {
-	return !MayBeIDPrefix(s) && !Parse(s).OK
+	// "" is a prefix of every ID: containerd resolves it to the only image
+	// of a node that has one.
+	return s != "" && !MayBeIDPrefix(s) && !Parse(s).OK
 }
 
 // Name is what a string names, parsed.

@@ -59,11 +59,6 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// TestNamesCostBoundedMemoryWhateverTheyAreGiven: a socket client can send
-// any string as an image name (up to the 16 MiB message limit). Names that
-// no reference can have are never remembered, and what is remembered is
-// bounded in bytes, so 1,000 distinct oversized names leave the live heap
-// within a few MiB of where it started.
 func TestNamesNoImage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -79,6 +74,7 @@ func TestNamesNoImage(t *testing.T) {
 		{"a checkpoint archive's path names no image", "/var/lib/checkpoint.tar", true},
 		{"an upper-case repository names nothing", "Registry/App", true},
 		{"a string longer than any reference names nothing", strings.Repeat("a", 2000) + "/x", true},
+		{"the empty string is a prefix of every ID", "", false},
 	} {
 		if got := NamesNoImage(tc.s); got != tc.want {
 			t.Errorf("%s: NamesNoImage(%.40q) = %v, want %v", tc.name, tc.s, got, tc.want)
@@ -86,6 +82,11 @@ func TestNamesNoImage(t *testing.T) {
 	}
 }
 
+// TestNamesCostBoundedMemoryWhateverTheyAreGiven: a socket client can send
+// any string as an image name (up to the 16 MiB message limit). Names that
+// no reference can have are never remembered, and what is remembered is
+// bounded in bytes, so 1,000 distinct oversized names leave the live heap
+// within a few MiB of where it started.
 func TestNamesCostBoundedMemoryWhateverTheyAreGiven(t *testing.T) {
 	var names Names
 	heap := func() uint64 {
