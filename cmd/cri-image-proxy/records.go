@@ -254,6 +254,7 @@ database.`,
 func (f *recordsFlags) restoreCmd() *cobra.Command {
 	var preloaded []string
 	var preloadedFrom string
+	var forgetIntents bool
 	cmd := &cobra.Command{Use: "restore FILE [--preloaded IMAGE]... [--preloaded-from LIST]", Short: "Install a backup of the database (the daemon stopped); images it does not know verify once",
 		Long: `Install FILE, a copy of the records database, in place of the database. Every image on the
 node (asked of the runtime, --runtime-endpoint) that the backup does not know, as a whole or as
@@ -291,7 +292,10 @@ holds are settled then, as after a crash.`,
 			if err != nil {
 				return fmt.Errorf("%w (nothing restored)", err)
 			}
-			rep, err := records.Restore(f.database, args[0], present, time.Now(), records.Options{})
+			rep, err := records.Restore(f.database, args[0], present, time.Now(), records.RestoreOptions{ForgetUnreadableIntents: forgetIntents})
+			if errors.Is(err, records.ErrIntentsUnreadable) {
+				return fmt.Errorf("%w (nothing restored): wait until no pull is in flight (crictl images no longer changes), then run again with --forget-unreadable-intents", err)
+			}
 			if err != nil {
 				return fmt.Errorf("%w (nothing restored)", err)
 			}
@@ -311,12 +315,13 @@ holds are settled then, as after a crash.`,
 				fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
 			}
 			if rep.IntentsLost != "" {
-				fmt.Fprintf(out, "warning: the pull intents of the database it replaced could not be read (%s): an image a pull in flight at its last stop brings from now on is not tracked; run `records restore` again once such pulls have ended, or name nothing preloaded\n", rep.IntentsLost)
+				fmt.Fprintf(out, "the pull intents of the database it replaced could not be read (%s) and were forgotten, as --forget-unreadable-intents asked\n", rep.IntentsLost)
 			}
 			return nil
 		}}
 	cmd.Flags().StringArrayVar(&preloaded, "preloaded", nil, "an image on the node that is preloaded (a name, or an ID for all its names); repeat for more")
 	cmd.Flags().StringVar(&preloadedFrom, "preloaded-from", "", "a file of preloaded images, one a line (# comments)")
+	cmd.Flags().BoolVar(&forgetIntents, "forget-unreadable-intents", false, "replace a database whose pull intents cannot be read (pulls in flight at its last use are then not tracked)")
 	return cmd
 }
 

@@ -33,10 +33,26 @@ type RestoreReport struct {
 	// restored one, so that the next start settles them.
 	Intents int
 	// IntentsLost says why the replaced database's intents could not be
-	// read ("" when they were, or there was no database): an image such a
+	// read ("" when they were, or there was no database), when the restore
+	// went on by RestoreOptions.ForgetUnreadableIntents: an image such a
 	// pull brings after the restore is not tracked.
 	IntentsLost string
 }
+
+// RestoreOptions are Restore's.
+type RestoreOptions struct {
+	// OpenTimeout bounds the wait for another process's lock on the file.
+	// Default 2s.
+	OpenTimeout time.Duration
+	// ForgetUnreadableIntents lets a restore replace a database whose pull
+	// intents cannot be read; without it Restore refuses such a database
+	// (ErrIntentsUnreadable) and changes nothing.
+	ForgetUnreadableIntents bool
+}
+
+// ErrIntentsUnreadable: the database a restore would replace cannot be
+// read, so the pulls it had in flight would be forgotten.
+var ErrIntentsUnreadable = errors.New("the pull intents of the database it would replace cannot be read")
 
 // Restore installs the backup at path. The backup is copied aside, opened
 // (checked whole, migrated), and every image of present it does not know
@@ -53,8 +69,11 @@ type RestoreReport struct {
 //
 // The file at path is locked as the daemon locks it for the whole
 // restore: while a daemon (or a records tool) holds it, Restore fails
-// with ErrLocked and changes nothing. On any error nothing is changed.
-func Restore(path, backup string, present []Image, now time.Time, opts Options) (rep RestoreReport, err error) {
+// with ErrLocked and changes nothing. A file at path whose intents cannot
+// be read is refused (ErrIntentsUnreadable) unless
+// opts.ForgetUnreadableIntents. On any error nothing is changed.
+func Restore(path, backup string, present []Image, now time.Time, ropts RestoreOptions) (rep RestoreReport, err error) {
+	opts := Options{OpenTimeout: ropts.OpenTimeout}
 	if opts.OpenTimeout <= 0 {
 		opts.OpenTimeout = 2 * time.Second
 	}
@@ -77,6 +96,9 @@ func Restore(path, backup string, present []Image, now time.Time, opts Options) 
 	defer unlock()
 
 	intents, lost := currentIntents(path, dir, opts)
+	if lost != "" && !ropts.ForgetUnreadableIntents {
+		return rep, fmt.Errorf("%w (%s): an image a pull in flight at its last use brings later would not be tracked", ErrIntentsUnreadable, lost)
+	}
 	tmp, err := copyAside(backup, dir, filepath.Base(path)+".restore-*")
 	if err != nil {
 		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)

@@ -2,6 +2,7 @@ package records
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ func TestRestore(t *testing.T) {
 	t.Run("what the backup does not know is pulled with no verified credential; what it knows stays", func(t *testing.T) {
 		path, backup := setup(t)
 		before, _ := os.ReadFile(path)
-		rep, err := Restore(path, backup, present, later, Options{})
+		rep, err := Restore(path, backup, present, later, RestoreOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +106,7 @@ func TestRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		rep, err := Restore(path, backup, present, later, Options{})
+		rep, err := Restore(path, backup, present, later, RestoreOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,12 +127,18 @@ func TestRestore(t *testing.T) {
 		}
 	})
 
-	t.Run("a database whose intents cannot be read is still replaced, and the report says so", func(t *testing.T) {
+	t.Run("a database whose intents cannot be read is refused, and replaced only when the operator forgets them", func(t *testing.T) {
 		path, backup := setup(t)
 		if err := os.WriteFile(path, []byte("not a database"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		rep, err := Restore(path, backup, present, later, Options{})
+		if _, err := Restore(path, backup, present, later, RestoreOptions{}); !errors.Is(err, ErrIntentsUnreadable) {
+			t.Fatalf("got %v, want ErrIntentsUnreadable", err)
+		}
+		if data, _ := os.ReadFile(path); string(data) != "not a database" {
+			t.Fatalf("the refused restore changed the file")
+		}
+		rep, err := Restore(path, backup, present, later, RestoreOptions{ForgetUnreadableIntents: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +150,7 @@ func TestRestore(t *testing.T) {
 	t.Run("a database that is absent is restored, with nothing to keep", func(t *testing.T) {
 		_, backup := setup(t)
 		path := filepath.Join(t.TempDir(), "state", "ensure.db")
-		rep, err := Restore(path, backup, present, later, Options{})
+		rep, err := Restore(path, backup, present, later, RestoreOptions{})
 		if err != nil || rep.Kept != "" {
 			t.Fatalf("report %+v, %v", rep, err)
 		}
@@ -185,7 +192,7 @@ func TestRestore(t *testing.T) {
 			path, backup := setup(t)
 			defer tc.prepare(t, path, backup)()
 			before, _ := os.ReadFile(path)
-			_, err := Restore(path, backup, present, later, Options{OpenTimeout: 100 * time.Millisecond})
+			_, err := Restore(path, backup, present, later, RestoreOptions{OpenTimeout: 100 * time.Millisecond})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error saying %q", err, tc.want)
 			}
