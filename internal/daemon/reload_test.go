@@ -119,22 +119,21 @@ func TestTheLastReloadsResultIsAGauge(t *testing.T) {
 	}
 }
 
-// TestReloadAppliesTheImagePolicy: a reload loads the image policy
-// configuration anew and swaps it in (config_info's hash follows); a
-// configuration that does not load is refused, and the engine keeps the
-// one it has.
-func TestReloadAppliesTheImagePolicy(t *testing.T) {
-	t.Parallel()
+// imagePolicyFiles makes a plugins directory with one plugin, "policy",
+// and an image policy configuration file whose one provider applies to
+// registry.test in the namespace write names.
+func imagePolicyFiles(t *testing.T) (bin, file string, write func(namespace string)) {
+	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
+	bin = filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "policy.yaml")
-	write := func(namespace string) {
+	file = filepath.Join(dir, "policy.yaml")
+	write = func(namespace string) {
 		t.Helper()
 		data := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ImagePolicyConfig\nproviders:\n" +
 			"  - {name: policy, apiVersion: imagepolicy.cri-image-proxy.io/v1alpha1, matchImages: [registry.test], namespaces: [" + namespace + "]}\n"
@@ -142,6 +141,16 @@ func TestReloadAppliesTheImagePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return bin, file, write
+}
+
+// TestReloadAppliesTheImagePolicy: a reload loads the image policy
+// configuration anew and swaps it in (config_info's hash follows); a
+// configuration that does not load is refused, and the engine keeps the
+// one it has.
+func TestReloadAppliesTheImagePolicy(t *testing.T) {
+	t.Parallel()
+	bin, file, write := imagePolicyFiles(t)
 	write("secure")
 	cur := config.Default()
 	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
@@ -189,23 +198,7 @@ func TestReloadAppliesTheImagePolicy(t *testing.T) {
 // swapped in.
 func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "policy.yaml")
-	write := func(namespace string) {
-		t.Helper()
-		data := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ImagePolicyConfig\nproviders:\n" +
-			"  - {name: policy, apiVersion: imagepolicy.cri-image-proxy.io/v1alpha1, matchImages: [registry.test], namespaces: [" + namespace + "]}\n"
-		if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin, file, write := imagePolicyFiles(t)
 	write("secure")
 	cur := config.Default()
 	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
