@@ -133,10 +133,8 @@ func (s *Source) WaitForSync(ctx context.Context) bool {
 // Pod returns the pod namespace/name whose UID is uid: from the informer,
 // else with a GET (a pod the informer has not seen yet).
 func (s *Source) Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error) {
-	if s.synced() {
-		if p, err := s.pods.Pods(namespace).Get(name); err == nil && string(p.UID) == uid {
-			return p, nil
-		}
+	if p := s.CachedPod(namespace, name, uid); p != nil {
+		return p, nil
 	}
 	p, err := s.client.GetPod(ctx, namespace, name)
 	if err != nil {

@@ -268,8 +268,9 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 
 // resolve answers what the reference names, and whether the registry was
 // asked for it in this check (asked is false for a digest reference found
-// in the cache, served before at this endpoint and repository). A tag whose digest is remembered, with that manifest in
-// the cache, is asked with a HEAD: a GET of a manifest counts as a pull
+// in the cache, served before at this endpoint and repository). A tag
+// whose digest is remembered, with that manifest in the cache, served
+// here, is asked with a HEAD: a GET of a manifest counts as a pull
 // against some registries' rate limits (Docker Hub), a HEAD does not, and
 // the runtime's own re-check is a HEAD. Any other answer to that HEAD (the
 // tag moved, no digest named) and any other reference is a GET, verified

@@ -123,7 +123,7 @@ func parseEndpointURL(s string) (vouchedURL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // without the URL, which may hold a password
 		}
-		return vouchedURL{}, fmt.Errorf("%s: %v", RedactURL(s), err)
+		return vouchedURL{}, fmt.Errorf("a URL that does not parse: %v", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return vouchedURL{}, fmt.Errorf("%q: the scheme must be http or https", u.Redacted())
