@@ -24,9 +24,17 @@
 //     database (a new salt, no records).
 //   - Undecodable records are skipped by List and reported by key; Get of
 //     one is an error, which callers treat as "verify".
+//   - ProbeWrite checks that the file takes writes as a record write needs
+//     them (two commits: a value larger than a record write, then its
+//     deletion) and changes no record, intent or counter; one that fails
+//     leaves the file as it was.
 //
 // The bbolt file (mode 0600) is laid out as:
 //
+//	write-probe                          ProbeWrite's value, between its two
+//	                                     commits only (or a crash between
+//	                                     them: the next probe removes it);
+//	                                     outside the schema, no version
 //	v1                                   schema bucket
 //	├── meta
 //	│   ├── version : <uvarint>          database version, see migrations
