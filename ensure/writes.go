@@ -164,10 +164,9 @@ func (g *Guard) MendWrites(ctx context.Context) {
 				continue // the same probe is waited for again
 			}
 			if err == nil {
-				// Unless a write failed during the probe: that failure stands.
-				if h.failing.CompareAndSwap(f, nil) {
-					f = nil
-				}
+				// Only the failure the probe was for: one of a write during
+				// the probe stands.
+				h.failing.CompareAndSwap(f, nil)
 			} else {
 				g.log.Debug("a write probe of the records database failed", "err", err)
 				h.failing.CompareAndSwap(f, newWriteFailure(err))
