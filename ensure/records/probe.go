@@ -24,37 +24,51 @@ var (
 // new space from the filesystem had free pages enough for a record write.
 const probePages = 16
 
-// ProbeWrite checks that the database takes writes, as a record write
-// needs them, and changes no record, intent or counter. It commits two
-// transactions: the first writes probePages pages of random bytes (which
-// no filesystem compresses away) and so, unless bbolt's free pages hold
-// them, grows the file into space the filesystem must provide; the second
-// deletes them. Each commit is bbolt's, fsync and all: it fails where a
-// record write would (ENOSPC, EROFS, EIO), and a commit that fails leaves
-// the file as it was (bbolt writes the meta page last, only after the
-// pages it points to are synced).
+// ProbeWrite checks that the database takes writes, as a record write needs
+// them, and changes no record, intent or counter. It commits three
+// transactions: a small value, as small as an intent; then probePages
+// pages of random bytes (which no filesystem compresses away), which,
+// unless bbolt's free pages hold them, grow the file into space the
+// filesystem must provide; then their deletion. Each commit is bbolt's,
+// fsync and all: it fails where a record write would (ENOSPC, EROFS, EIO),
+// and a commit that fails leaves the file as it was (bbolt writes the meta
+// page last, only once the pages it points to are synced).
+//
+// The small write first: on a filesystem that takes no write at all (the
+// kernel's read-only after an I/O error), it fails there, at the cost of
+// an intent's write. The large one's growth of the file could need a
+// larger mapping of it, which such a filesystem refuses, and bbolt then
+// keeps none: reads would fail too, until the file is opened again.
 func (s *Store) ProbeWrite() error {
-	value := make([]byte, probePages*s.db.Info().PageSize)
+	put := func(value []byte) error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists(bucketProbe)
+			if err != nil {
+				return err
+			}
+			return b.Put(keyProbe, value)
+		})
+	}
+	drop := func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			if err := tx.DeleteBucket(bucketProbe); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return err
+			}
+			return nil
+		})
+	}
+	if err := put([]byte{0}); err != nil {
+		return fmt.Errorf("write probe: %w", err)
+	}
+	value := make([]byte, probePages*s.pageSize)
 	if _, err := rand.Read(value); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketProbe)
-		if err != nil {
-			return err
-		}
-		return b.Put(keyProbe, value)
-	})
-	if err != nil {
+	if err := put(value); err != nil {
+		_ = drop() // the small value, if this one can be written
 		return fmt.Errorf("write probe: %w", err)
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketProbe); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	if err := drop(); err != nil {
 		return fmt.Errorf("write probe: deleting its value: %w", err)
 	}
 	return nil
