@@ -25,9 +25,9 @@
 //   - Undecodable records are skipped by List and reported by key; Get of
 //     one is an error, which callers treat as "verify".
 //   - ProbeWrite checks that the file takes writes as a record write needs
-//     them (two commits: a value larger than a record write, then its
-//     deletion) and changes no record, intent or counter; one that fails
-//     leaves the file as it was.
+//     them (commits of a small value, of one larger than a record write,
+//     then of their deletion) and changes no record, intent or counter; one
+//     that fails leaves the file as it was.
 //
 // The bbolt file (mode 0600) is laid out as:
 //
