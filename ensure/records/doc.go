@@ -31,10 +31,10 @@
 //
 // The bbolt file (mode 0600) is laid out as:
 //
-//	write-probe                          ProbeWrite's value, between its two
-//	                                     commits only (or a crash between
-//	                                     them: the next probe removes it);
-//	                                     outside the schema, no version
+//	write-probe                          ProbeWrite's value, between its
+//	                                     commits only (or a crash or failed
+//	                                     write between them: the next probe
+//	                                     removes it); outside the schema
 //	v1                                   schema bucket
 //	├── meta
 //	│   ├── version : <uvarint>          database version, see migrations

@@ -9,7 +9,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// bucketProbe holds ProbeWrite's value between its two transactions, at
+// bucketProbe holds ProbeWrite's value between its transactions, at
 // the root, outside the schema: no record, intent or counter is near it,
 // and a value a crash left there costs its pages and nothing else (the
 // next probe replaces it, then deletes it).
