@@ -24,9 +24,17 @@
 //     database (a new salt, no records).
 //   - Undecodable records are skipped by List and reported by key; Get of
 //     one is an error, which callers treat as "verify".
+//   - ProbeWrite checks that the file takes writes as a record write needs
+//     them (commits of a small value, of one larger than a record write,
+//     then of their deletion) and changes no record, intent or counter; one
+//     that fails leaves the file as it was.
 //
 // The bbolt file (mode 0600) is laid out as:
 //
+//	write-probe                          ProbeWrite's value, between its
+//	                                     commits only (or a crash or failed
+//	                                     write between them: the next probe
+//	                                     removes it); outside the schema
 //	v1                                   schema bucket
 //	├── meta
 //	│   ├── version : <uvarint>          database version, see migrations

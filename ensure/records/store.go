@@ -36,11 +36,14 @@ type Options struct {
 // Store is the bbolt database of records and intents. It is safe for
 // concurrent use.
 type Store struct {
-	db    *bolt.DB
-	salt  []byte
-	path  string
-	repos repoIndex
-	cache recordCache
+	db   *bolt.DB
+	salt []byte
+	path string
+	// pageSize is the file's, read at open: bbolt's Info panics once a
+	// failed remap left the file unmapped.
+	pageSize int
+	repos    repoIndex
+	cache    recordCache
 
 	// afterRead, when set (by tests only), runs between a cache miss's
 	// read and its store into the cache: the window a write can race.
