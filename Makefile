@@ -51,8 +51,11 @@ deps: ## install what the e2e tests, bench and demo need (root: apt packages, cr
 
 test: deps unit e2e e2e-node legacy ## unit, end-to-end and node tests on containerd 2.3, then both again on 1.6 (root for the e2e parts)
 
-unit: ## unit tests, with the race detector
-	$(GO) test -race -count=1 $(UNIT_PKGS)
+# COUNT runs each unit test that many times in one process (make unit COUNT=3): a test that
+# passes only when it is the first of its kind in the process fails there.
+COUNT ?= 1
+unit: ## unit tests, with the race detector; COUNT=3 runs each three times in one process
+	$(GO) test -race -count=$(COUNT) $(UNIT_PKGS)
 
 e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
 	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
