@@ -100,7 +100,8 @@ fuzz: ## run each fuzz test for FUZZTIME
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; done
 
-lint: ## gofmt, go vet, and a doc.go in every package
+lint: ## gofmt, go vet, a doc.go in every package, no tracked binary or file over 1 MiB
+	@hack/check-tracked.sh
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	@for d in $$($(GO) list -f '{{.Dir}}' ./...); do [ -f $$d/doc.go ] || { echo "no doc.go in $$d"; exit 1; }; done
