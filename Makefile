@@ -51,8 +51,11 @@ deps: ## install what the e2e tests, bench and demo need (root: apt packages, cr
 
 test: deps unit e2e e2e-node legacy ## unit, end-to-end and node tests on containerd 2.3, then both again on 1.6 (root for the e2e parts)
 
-unit: ## unit tests, with the race detector
-	$(GO) test -race -count=1 $(UNIT_PKGS)
+# COUNT runs each unit test that many times in one process (make unit COUNT=3): a test that
+# passes only when it is the first of its kind in the process fails there.
+COUNT ?= 1
+unit: ## unit tests, with the race detector; COUNT=3 runs each three times in one process
+	$(GO) test -race -count=$(COUNT) $(UNIT_PKGS)
 
 e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
 	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
@@ -97,10 +100,15 @@ fuzz: ## run each fuzz test for FUZZTIME
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; done
 
-lint: ## gofmt, go vet, and a doc.go in every package
+# staticcheck is built from the module proxy at this version (go run caches the build), so a
+# fresh machine needs nothing installed; its checks, and why each, are in staticcheck.conf.
+STATICCHECK_VERSION ?= v0.8.2
+lint: ## gofmt, go vet, staticcheck, a doc.go in every package, no tracked binary or file over 1 MiB
+	@hack/check-tracked.sh
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	@for d in $$($(GO) list -f '{{.Dir}}' ./...); do [ -f $$d/doc.go ] || { echo "no doc.go in $$d"; exit 1; }; done
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # make install: this node, as root. DESTDIR stages the files elsewhere
 # (packaging, tests); PREFIX is where the binary goes.

@@ -220,7 +220,14 @@ func lockFile(path string, timeout time.Duration) (unlock func(), err error) {
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return func() { f.Close() }, nil // closing releases the lock
+			// Unlock before closing: a flock lasts while any copy of
+			// its descriptor does, and a child this process starts holds
+			// one from fork until exec, so closing alone may leave the
+			// database locked for a moment after the restore.
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()

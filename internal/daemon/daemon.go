@@ -182,11 +182,11 @@ func (d *daemon) assemble(ctx context.Context) error {
 			return err
 		}
 	}
-	reloader, err := newReloader(d.opts.Reload, cfg, d.injector, enf.guard, log, d.reg)
+	reloader, err := newReloader(d.opts.Reload, cfg,
+		reloadTargets{injector: d.injector, guard: enf.guard, registry: enf.registry, policy: d.policy}, log, d.reg)
 	if err != nil {
 		return err
 	}
-	reloader.registry, reloader.policy = enf.registry, d.policy
 	d.background(func(ctx context.Context) { reloader.Run(ctx, d.opts.ConfigPath) })
 
 	// Components are stopped in the order they are added: the CRI calls in

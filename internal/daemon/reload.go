@@ -40,17 +40,10 @@ import (
 // (kubernetes/kubernetes#130420); operators rotating plugins across a
 // fleet asked for better.
 type reloader struct {
-	load     func() (*config.ProxyConfiguration, error)
-	current  *config.ProxyConfiguration
-	injector *credplugins.Injector // nil: injection off
-	guard    *ensure.Guard         // nil: ensure off
-	log      *slog.Logger
-
-	// registry is the registry check, whose vouched-for mirrors a reload
-	// may change; nil without enforcement or image policy.
-	registry *registry.Checker
-	// policy is the image policy; nil without an imagePolicy section.
-	policy *imagepolicy.Engine
+	load    func() (*config.ProxyConfiguration, error)
+	current *config.ProxyConfiguration
+	reloadTargets
+	log *slog.Logger
 
 	reloads *prometheus.CounterVec // result: applied, refused
 	last    prometheus.Gauge       // the time of the last applied configuration
@@ -58,12 +51,27 @@ type reloader struct {
 	info    *prometheus.GaugeVec   // hash
 }
 
+// reloadTargets are the components a reload applies a configuration to;
+// a nil one is a feature that is off. They are all given to newReloader:
+// the hash it publishes at the start covers their configurations.
+type reloadTargets struct {
+	injector *credplugins.Injector // credential injection
+	guard    *ensure.Guard         // ensure: its policy and record expiry
+	// registry is the registry check, whose vouched-for mirrors a reload
+	// may change; nil without enforcement or image policy.
+	registry *registry.Checker
+	policy   *imagepolicy.Engine // the image policy
+}
+
 // debounce gathers the events of one change (an editor's write and
 // rename, a package's files) into one reload.
 const debounce = 500 * time.Millisecond
 
-func newReloader(load func() (*config.ProxyConfiguration, error), current *config.ProxyConfiguration, injector *credplugins.Injector, guard *ensure.Guard, log *slog.Logger, reg prometheus.Registerer) (*reloader, error) {
-	r := &reloader{load: load, current: current, injector: injector, guard: guard, log: log,
+// newReloader publishes current as the configuration in use, with the
+// configurations its targets hold, and returns the reloader that applies
+// the next ones.
+func newReloader(load func() (*config.ProxyConfiguration, error), current *config.ProxyConfiguration, targets reloadTargets, log *slog.Logger, reg prometheus.Registerer) (*reloader, error) {
+	r := &reloader{load: load, current: current, reloadTargets: targets, log: log,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Name: "config_reloads_total",
 			Help: "Configuration reloads (SIGHUP or a changed file), by result: applied, refused (the current configuration kept serving).",
@@ -81,7 +89,7 @@ func newReloader(load func() (*config.ProxyConfiguration, error), current *confi
 		}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "cri_image_proxy", Name: "config_info",
-			Help: "Hash of the effective configuration in use (the file with the flags, and the credential provider configuration), as a label: a fleet shows who runs what.",
+			Help: "Hash of the effective configuration in use (the file with the flags, the credential provider and the image policy configurations), as a label: a fleet shows who runs what.",
 		}, []string{"hash"}),
 	}
 	for _, c := range []prometheus.Collector{r.reloads, r.last, r.lastOK, r.info} {
@@ -103,7 +111,8 @@ func (r *reloader) applied(cfg *config.ProxyConfiguration) {
 }
 
 // hash identifies the effective configuration: the configuration with the
-// flags, and the content of the provider configuration it names.
+// flags, and the content of the credential provider and image policy
+// configurations it names.
 func (r *reloader) hash(cfg *config.ProxyConfiguration) string {
 	h := sha256.New()
 	b, _ := json.Marshal(cfg)

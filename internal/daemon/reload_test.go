@@ -63,7 +63,7 @@ func TestReloadRefusedKeepsTheCurrentConfiguration(t *testing.T) {
 	cur.SetDefaults()
 	reg := prometheus.NewRegistry()
 	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return nil, errors.New("config /etc/x.yaml: line 3: bad") },
-		cur, nil, nil, slog.New(slog.DiscardHandler), reg)
+		cur, reloadTargets{}, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestTheLastReloadsResultIsAGauge(t *testing.T) {
 	t.Parallel()
 	cur := config.Default()
 	var loadErr error
-	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, loadErr }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, loadErr }, cur, reloadTargets{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +159,10 @@ func TestReloadAppliesTheImagePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, nil }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, nil }, cur, reloadTargets{policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.policy = engine
 	before := r.hash(cur)
 	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
 		t.Fatal("the engine does not have the first configuration")
@@ -216,11 +215,10 @@ func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 	next.EnsureSecretPulledImages.VouchedMirrors = []config.VouchedMirror{
 		{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
 	}
-	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return &next, nil }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return &next, nil }, cur, reloadTargets{registry: checker, policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.policy, r.registry = engine, checker
 	write("payments")
 	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "vouchedMirrors") {
 		t.Fatalf("got %v, want the vouched mirrors refused", err)
@@ -228,4 +226,54 @@ func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
 		t.Errorf("a refused reload swapped the image policy in")
 	}
+}
+
+// TestConfigInfoKeepsItsHashOnAReloadOfUnchangedFiles: the hash published
+// at the start covers all that a reload's does (the image policy's content
+// included), so a reload of files nobody changed leaves the label as it
+// was, and a fleet does not see a node change configuration.
+func TestConfigInfoKeepsItsHashOnAReloadOfUnchangedFiles(t *testing.T) {
+	t.Parallel()
+	bin, file, write := imagePolicyFiles(t)
+	write("secure")
+	cur := config.Default()
+	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+	cur.SetDefaults()
+	engine, err := newImagePolicy(cur.ImagePolicy, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	load := func() (*config.ProxyConfiguration, error) { next := *cur; return &next, nil }
+	r, err := newReloader(load, cur, reloadTargets{policy: engine}, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atStart := configInfoHash(t, reg)
+	if err := r.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := configInfoHash(t, reg); got != atStart {
+		t.Errorf("config_info's hash went from %s at the start to %s on a reload of unchanged files", atStart, got)
+	}
+}
+
+// configInfoHash is the hash label of the one config_info series on reg.
+func configInfoHash(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cri_image_proxy_config_info" {
+			continue
+		}
+		if len(mf.GetMetric()) != 1 || len(mf.GetMetric()[0].GetLabel()) != 1 {
+			t.Fatalf("config_info has %d series, want one with a hash label", len(mf.GetMetric()))
+		}
+		return mf.GetMetric()[0].GetLabel()[0].GetValue()
+	}
+	t.Fatal("no config_info on the registry")
+	return ""
 }
