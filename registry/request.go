@@ -75,8 +75,14 @@ type Request struct {
 	// Blobs: also prove that each blob the image needs (its config and
 	// layers, and the platform manifest when the reference names an index
 	// and that manifest was not fetched from the registry in this check)
-	// exists in this repository for this credential.
+	// exists in this repository for this credential; the config by its
+	// bytes (GET, its digest verified), the rest by HEAD.
 	Blobs bool
+	// ProveLayers (with Blobs) names the layers whose bytes the repository
+	// must also serve for this credential, decompressing to their
+	// diff_ids: content a node shares by digest that this repository has
+	// not supplied before. nil proves none.
+	ProveLayers LayerChooser
 }
 
 // Result is what the registry answered, and how it was asked. On an
@@ -92,7 +98,15 @@ type Result struct {
 	ConfigDigest   digest.Digest // the image's config: the runtime's image ID
 
 	Blobs        []digest.Digest // the blobs the image needs: its config, then its layers
-	BlobsChecked int             // blobs (and manifests) proven present in the repository by HEAD
+	BlobsChecked int             // blobs (and manifests) proven present in the repository: the config by its bytes, the rest by HEAD
+
+	// Layers are the image's layers, from the config the check fetched
+	// (with Blobs): each blob with the diff_id the config gives it.
+	Layers []Layer
+	// Proven are the diff_ids whose bytes the repository served and that
+	// were verified (ProveLayers); ProvenBytes what fetching them cost.
+	Proven      []digest.Digest
+	ProvenBytes int64
 
 	Requests       int    // HTTP requests this check made, token requests and redirects included
 	CredentialKind string // KindAnonymous, KindBasic, KindIdentityToken or KindRegistryToken
