@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	digest "github.com/opencontainers/go-digest"
 	"io"
 	"log/slog"
 	"os"
@@ -335,6 +336,11 @@ func (m memoryRuntime) Images(context.Context) ([]ensure.Image, error) {
 	return []ensure.Image{m.img}, nil
 }
 func (m memoryRuntime) PodUID(context.Context, string) (string, error) { return "", nil }
+
+// ImageLayers: the bench's image has no layers of note.
+func (m memoryRuntime) ImageLayers(context.Context, string) ([]digest.Digest, bool, error) {
+	return []digest.Digest{}, true, nil
+}
 func (m memoryRuntime) PodUIDs(context.Context) (map[string]bool, error) {
 	return map[string]bool{}, nil
 }

@@ -19,6 +19,8 @@ import (
 // repository, content-aware; *registry.Checker is the real one.
 type RegistryCheck interface {
 	Check(ctx context.Context, r registry.Request) (registry.Result, error)
+	// ProveLayers proves layers a check returned by their bytes, later.
+	ProveLayers(ctx context.Context, r registry.Request, layers []registry.Layer, want []digest.Digest) (registry.Result, error)
 }
 
 // Verify is the registry's word on one try of a pull: the credential it
@@ -51,9 +53,14 @@ type RegistryCheck interface {
 // answered. Verify returns the image ID to answer with.
 func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry.Credential, forward Forward) (string, error) {
 	present := pullreport.Present(ctx)
-	res, err := g.registry.Check(ctx, registry.Request{Image: image, ImageID: present, Credential: cred, Blobs: true})
+	repo, _ := g.repository(image)
+	req := registry.Request{Image: image, ImageID: present, Credential: cred, Blobs: true,
+		ProveLayers: g.layerChooser(ctx, image, repo, cred.Kind() == registry.KindAnonymous)}
+	res, err := g.registry.Check(ctx, req)
 	switch {
 	case err == nil && present != "":
+		// The layers the node shares are the present image's: what the
+		// check proved stands, nothing was pulled meanwhile.
 		v, err := g.imagePolicy.pull(ctx, image, pod, cred, res, present)
 		if err != nil {
 			return "", err
@@ -65,7 +72,8 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 	case present != "" && errors.Is(err, registry.ErrMoved):
 		// The tag moved since the image came to the node: the runtime pulls
 		// the new one, which must be what the registry answers now.
-		if res, err = g.registry.Check(ctx, registry.Request{Image: image, Credential: cred, Blobs: true}); err != nil {
+		req.ImageID = ""
+		if res, err = g.registry.Check(ctx, req); err != nil {
 			return "", g.checkFailed(ctx, image, err)
 		}
 	default:
@@ -85,6 +93,13 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return "", fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
+	// The runtime may have built the image from layers another pull
+	// brought meanwhile: those are proven now, before the pod is answered.
+	reproven, err := g.reproveAfterPull(ctx, image, repo, cred, res)
+	if err != nil {
+		return "", err
+	}
+	res.Proven = append(res.Proven, reproven...)
 	g.imagePolicy.bind(v, id)
 	g.reportVerified(ctx, image, res, id, false)
 	return pulled, nil
@@ -102,6 +117,7 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 	pullreport.ReportVerified(ctx, pullreport.Verification{
 		ImageID: id, Registry: res.Registry, Endpoint: res.Endpoint, Vouched: res.Vouched, CredentialKind: res.CredentialKind,
 		ManifestDigest: res.ManifestDigest.String(), Blobs: res.BlobsChecked, CheckedBlobs: checked, Requests: res.Requests, FromNode: fromNode,
+		Layers: diffIDsOf(res.Layers), LayersKnown: res.Layers != nil, ProvenLayers: res.Proven, ProvenBytes: res.ProvenBytes,
 	})
 	what := "PullImage: the registry verified the credential; the runtime pulled"
 	if fromNode {
@@ -110,7 +126,8 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", id,
 			"endpoint", res.Endpoint, "vouched", res.Vouched, "credential", res.CredentialKind,
-			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests)
+			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests,
+			"layersProven", res.Proven, "bytesProven", res.ProvenBytes)
 	}
 }
 

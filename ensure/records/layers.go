@@ -207,16 +207,16 @@ func (s *Store) RecordVerifiedPull(imageRef, repo string, cred Credential, diffI
 }
 
 // Vouched reports whether repo vouched for the layer diffID in a verified
-// pull of an image the database holds a record of: the registry supplied
-// it, or proved it by its bytes, there.
-func (s *Store) Vouched(repo string, diffID digest.Digest) (bool, error) {
+// pull of imageRef ("": of any image) that still has its record: the
+// registry supplied it, or proved it by its bytes, there.
+func (s *Store) Vouched(repo string, diffID digest.Digest, imageRef string) (bool, error) {
 	found := false
 	err := s.db.View(func(tx *bolt.Tx) error {
 		vb := vouchedBucket(tx)
 		if vb == nil {
 			return nil
 		}
-		prefix := vouchedKey(repo, diffID, "")
+		prefix := vouchedKey(repo, diffID, imageRef)
 		k, _ := vb.Cursor().Seek(prefix)
 		found = k != nil && bytes.HasPrefix(k, prefix)
 		return nil

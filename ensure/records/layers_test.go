@@ -40,7 +40,7 @@ func TestLayers(t *testing.T) {
 			layer digest.Digest
 			want  bool
 		}{{"r.test/a", l1, true}, {"r.test/a", l2, true}, {"r.test/a", l3, false}, {"r.test/b", l1, false}, {"r.test", l1, false}} {
-			if got, err := s.Vouched(tc.repo, tc.layer); err != nil || got != tc.want {
+			if got, err := s.Vouched(tc.repo, tc.layer, ""); err != nil || got != tc.want {
 				t.Errorf("Vouched(%s, %s) = %v, %v; want %v", tc.repo, tc.layer, got, err, tc.want)
 			}
 		}
@@ -76,13 +76,13 @@ func TestLayers(t *testing.T) {
 		if _, err := s.Forget(refA); err != nil {
 			t.Fatal(err)
 		}
-		if ok, _ := s.Vouched("r.test/a", l1); !ok {
+		if ok, _ := s.Vouched("r.test/a", l1, ""); !ok {
 			t.Errorf("B's record still vouches for l1 in r.test/a")
 		}
 		if n, err := s.Prune(func(string) bool { return false }, t0.Add(time.Hour)); err != nil || n != 1 {
 			t.Fatalf("prune: %d, %v", n, err)
 		}
-		if ok, _ := s.Vouched("r.test/a", l1); ok {
+		if ok, _ := s.Vouched("r.test/a", l1, ""); ok {
 			t.Errorf("no record is left, yet r.test/a vouches for l1")
 		}
 		n, err := s.ForgetLayers(func(string) bool { return false })

@@ -80,7 +80,13 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, err
 	}
 	d.settleIntents(ctx, guard)
-	d.background(func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
+	d.background(func(ctx context.Context) {
+		// The node's images before the first pull: what is preloaded.
+		if err := guard.ObserveLayers(ctx); err != nil {
+			d.log.Warn("learning the layers of the node's images failed; the next garbage collection does", "err", err)
+		}
+		guard.Run(ctx, e.GCInterval.Duration)
+	})
 	l, err := d.listen(e.AdminSocket, adminOpts)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
