@@ -3,8 +3,8 @@ package ensure
 import (
 	"errors"
 
-	digest "github.com/opencontainers/go-digest"
 	"fmt"
+	digest "github.com/opencontainers/go-digest"
 	"time"
 )
 
@@ -63,7 +63,7 @@ func (u unavailableStore) VerifiedAt(string, string, string) (time.Time, bool, e
 	return time.Time{}, false, u.err()
 }
 
-func (unavailableStore) Layers(string) (ImageLayers, bool)    { return ImageLayers{}, false }
+func (unavailableStore) Layers(string) (ImageLayers, bool)   { return ImageLayers{}, false }
 func (unavailableStore) LayerHolders(digest.Digest) []string { return nil }
 func (s unavailableStore) NoteLayers(string, []digest.Digest, time.Time) error {
 	return s.err()

@@ -36,9 +36,9 @@ type Options struct {
 // Store is the bbolt database of records and intents. It is safe for
 // concurrent use.
 type Store struct {
-	db    *bolt.DB
-	salt  []byte
-	path  string
+	db     *bolt.DB
+	salt   []byte
+	path   string
 	repos  repoIndex
 	cache  recordCache
 	layers layerIndex
