@@ -449,6 +449,13 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			} else {
 				fmt.Fprintf(out, "record:      none\n")
 			}
+			if e.LayersSeen != nil {
+				fmt.Fprintf(out, "layers:      %d, known since %s", len(e.Layers), e.LayersSeen.Format("2006-01-02T15:04:05Z07:00"))
+				if len(e.Vouched) > 0 {
+					fmt.Fprintf(out, "; every one vouched for by %s", strings.Join(e.Vouched, ", "))
+				}
+				fmt.Fprintln(out)
+			}
 			for _, v := range e.Verifications {
 				by := "the registry"
 				if v.Vouched {
@@ -461,6 +468,12 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 				}
 				if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
 					fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, pullreport.MaxListedBlobs)
+				}
+				for _, l := range v.ProvenLayers {
+					fmt.Fprintf(out, "             layer proven by its bytes: %s\n", l)
+				}
+				if len(v.ProvenLayers) > 0 {
+					fmt.Fprintf(out, "             (%d bytes fetched to prove them: the node shared them from another image)\n", v.ProvenBytes)
 				}
 			}
 			fmt.Fprintf(out, "check:       %s\n", e.Result)
