@@ -119,3 +119,55 @@ func (e *nodeEnv) scenarioManifestOnly(t *testing.T) {
 	// With all its names (B's too, after the control).
 	mustCrictl(t, direct(), "rmi", idA)
 }
+
+var forgedConfigScenario = nodeScenario{
+	name: "B's own registry serves, under B's name, a config of its own whose diff_ids are A's private layers, and made-up layer blobs: through the proxy B's pod gets ErrImagePull, never Running, " +
+		"and B's image never comes to the node; the kubelet alone, its ensure on, pulls it for B, and B's container reads A's file (the control)",
+	images: []string{"forged/app:v1"},
+	run:    (*nodeEnv).scenarioForgedConfig,
+}
+
+// scenarioForgedConfig: A's private image runs in A's pod; B, who learnt
+// its diff_ids (a scan report, an SBOM), writes a config of its own that
+// lists them, and serves it from a registry of its own, with layer blobs
+// it never had: containerd reuses A's snapshots by their chain IDs.
+func (e *nodeEnv) scenarioForgedConfig(t *testing.T) {
+	imageA := e.image("forged/app:v1")
+	marker := e.v.id + " " + e.repository() + "/forged/app:v1"
+	a := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "forged-a", image: imageA, policy: corev1.PullIfNotPresent, secret: "regcred"}))
+	leaked := readLeakedImage(t, imageA)
+	b := startTenantRegistry(t)
+	cfg, desc := ownConfig(t, leaked, e.v.id)
+	b.blob("b/app", cfg)
+	imageB := b.manifest(t, "b/app", "v1", ociManifestType,
+		ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: desc, Layers: madeUpLayers(len(leaked.descs))})
+
+	pb := e.run(t, podSpec{ns: e.nsB, name: "forged-b", image: imageB, policy: corev1.PullIfNotPresent})
+	e.waitWaiting(t, pb, "ErrImagePull", "ImagePullBackOff")
+	e.neverRan(t, pb)
+	if _, ok := runtimeImage(t, imageB); ok {
+		t.Errorf("the runtime holds %s: B's pull went through", imageB)
+	}
+	if events := e.eventSummary(pb); strings.Contains(events, leaked.id) {
+		t.Errorf("B's events name A's image ID: %s", events)
+	}
+	t.Logf("through the proxy, B: %s", e.eventSummary(pb))
+	e.deletePods(t, pb)
+
+	if e.v.gates["KubeletEnsureSecretPulledImages"] {
+		e.alone(t, func() {
+			c := e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "forged-b-alone", image: imageB, policy: corev1.PullIfNotPresent}))
+			ctr := strings.TrimSpace(mustCrictl(t, direct(), "ps", "-q", "--label", "io.kubernetes.pod.name=forged-b-alone"))
+			if out := mustCrictl(t, direct(), "exec", ctr, "cat", "/marker"); !strings.Contains(out, marker) {
+				t.Errorf("B's container read %q, not A's file: the control's premise is wrong", out)
+			}
+			t.Logf("control: the kubelet alone, its ensure on, runs A's layers for B under B's own image: %s", e.eventSummary(c))
+			e.deletePods(t, c)
+		})
+		if id, ok := runtimeImage(t, imageB); ok {
+			mustCrictl(t, direct(), "rmi", id)
+		}
+	}
+	e.deletePods(t, a)
+	mustCrictl(t, direct(), "rmi", leaked.id)
+}
