@@ -50,8 +50,10 @@ type fakeNode struct {
 	holds    map[string]map[digest.Digest]bool
 	noConfig bool
 	proofs   int // layers fetched for a proof
-	// duringPull, when set, runs while the runtime pulls, outside the lock.
+	// duringPull, when set, runs while the runtime pulls, outside the lock;
+	// afterPull when a pull stored its image.
 	duringPull func()
+	afterPull  func(id string)
 }
 
 // layersOf is image id's diff_ids; n.mu is held.
@@ -217,6 +219,11 @@ func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest
 	if img := n.local[id]; !slices.Contains(img.RepoDigests, named.Name()+"@"+manifestDigest(id)) {
 		img.RepoDigests = append(img.RepoDigests, named.Name()+"@"+manifestDigest(id))
 	}
+	if after := n.afterPull; after != nil {
+		n.mu.Unlock()
+		after(id)
+		n.mu.Lock()
+	}
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
 }
 
@@ -357,15 +364,34 @@ func (n *fakeNode) Check(ctx context.Context, r registry.Request) (registry.Resu
 	if r.ImageID != "" && r.ImageID != id {
 		return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the tag moved"}
 	}
+	// The rest runs outside the lock: the hooks ask the node.
+	n.mu.Unlock()
+	defer n.mu.Lock()
+	if r.Pulled != nil {
+		// Beside the runtime's pull: the registry's word first, then what
+		// the runtime holds must be what it names.
+		if r.Resolved != nil {
+			if err := r.Resolved(ctx, res.ManifestDigest); err != nil {
+				return res, err
+			}
+		}
+		p, err := r.Pulled(ctx)
+		if err != nil {
+			return res, err
+		}
+		if !slices.Contains(p.ManifestDigests, res.ManifestDigest) {
+			return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the image changed while it was pulled"}
+		}
+	}
 	if r.ProveLayers == nil {
 		return res, nil
 	}
-	n.mu.Unlock()
 	want, err := r.ProveLayers(ctx, digest.Digest(id), res.Layers)
-	n.mu.Lock()
 	if err != nil {
 		return res, err
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	return n.proveLocked(named.Name(), res, want)
 }
 
@@ -381,18 +407,6 @@ func (n *fakeNode) proveLocked(repo string, res registry.Result, want []digest.D
 		res.ProvenBytes += 100
 	}
 	return res, nil
-}
-
-// ProveLayers is the registry serving layers' bytes for a proof made after
-// a pull (ensure.RegistryCheck).
-func (n *fakeNode) ProveLayers(_ context.Context, r registry.Request, layers []registry.Layer, want []digest.Digest) (registry.Result, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	named, err := reference.ParseNormalizedNamed(r.Image)
-	if err != nil {
-		return registry.Result{}, err
-	}
-	return n.proveLocked(named.Name(), registry.Result{Endpoint: "https://registry.test/v2"}, want)
 }
 
 func (n *fakeNode) layerProofs() int {

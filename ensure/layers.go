@@ -47,18 +47,23 @@ type layerFlights struct {
 	m  map[*layerFlight]struct{}
 }
 
-// layerFlight is one pull's entry.
+// layerFlight is one pull's entry: its layers are unknown until its
+// registry check read the image's config (known, ready closed).
 type layerFlight struct {
 	imageID   string
 	layers    []digest.Digest
 	anonymous bool // the pull goes without a credential: node-wide whatever comes of it
+	known     bool
+	ready     chan struct{}
 }
 
 func newLayerFlights() *layerFlights { return &layerFlights{m: map[*layerFlight]struct{}{}} }
 
-// start enters a pull; end takes it out (after its record is written).
+// start enters a pull, before the runtime is asked (so before it can
+// unpack anything); end takes it out (after its record is written, or it
+// failed).
 func (f *layerFlights) start() *layerFlight {
-	fl := &layerFlight{}
+	fl := &layerFlight{ready: make(chan struct{})}
 	f.mu.Lock()
 	f.m[fl] = struct{}{}
 	f.mu.Unlock()
@@ -67,8 +72,17 @@ func (f *layerFlights) start() *layerFlight {
 
 func (f *layerFlights) end(fl *layerFlight) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	delete(f.m, fl)
-	f.mu.Unlock()
+	fl.markKnown()
+}
+
+// markKnown ends the wait for fl's layers; f.mu is held.
+func (fl *layerFlight) markKnown() {
+	if !fl.known {
+		fl.known = true
+		close(fl.ready)
+	}
 }
 
 // set says which image and layers fl pulls.
@@ -76,6 +90,30 @@ func (f *layerFlights) set(fl *layerFlight, imageID string, layers []digest.Dige
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl.imageID, fl.layers, fl.anonymous = imageID, layers, anonymous
+	fl.markKnown()
+}
+
+// waitKnown waits until every other pull in flight knows its layers (or
+// ended): the runtime may have unpacked a layer for one of them that this
+// pull's image was then built from. It returns false when ctx ended
+// first: those pulls' layers are then unknown.
+func (f *layerFlights) waitKnown(ctx context.Context, self *layerFlight) bool {
+	f.mu.Lock()
+	var pending []chan struct{}
+	for fl := range f.m {
+		if fl != self && !fl.known {
+			pending = append(pending, fl.ready)
+		}
+	}
+	f.mu.Unlock()
+	for _, ready := range pending {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // holding reports whether a pull in flight other than self, with a
@@ -90,6 +128,10 @@ func (f *layerFlights) holding(d digest.Digest, self *layerFlight) bool {
 	}
 	return false
 }
+
+// flightWait bounds a pull's wait for the layers of the pulls in flight
+// beside it.
+const flightWait = 2 * time.Minute
 
 type flightKey struct{}
 
@@ -114,7 +156,7 @@ type layerPrivacy struct {
 // own mapping for repo aside), or by a pull in flight other than self,
 // first seen before asOf (the zero time: whenever), and by no public
 // image. Any read error makes it private.
-func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerFlight, asOf time.Time) layerPrivacy {
+func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerFlight, asOf time.Time, unknownFlights bool) layerPrivacy {
 	var private []time.Time // when each private holder was first seen
 	type candidate struct {
 		ref  string
@@ -150,7 +192,9 @@ func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerF
 			}
 		}
 	}
-	if g.flights.holding(d, self) {
+	if g.flights.holding(d, self) || unknownFlights {
+		// A pull in flight holds it, or may: its outcome, and its
+		// credential's, are not known yet.
 		private = append(private, g.clock.Now())
 	}
 	if len(private) == 0 {
@@ -174,17 +218,14 @@ func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerF
 // layersToProve names the layers of an image pulled as repo that repo
 // must prove by their bytes: those private on the node that repo has not
 // vouched for.
-func (g *Guard) layersToProve(imageID, repo string, diffIDs []digest.Digest, self *layerFlight, skip func(digest.Digest) bool) ([]digest.Digest, []string) {
+func (g *Guard) layersToProve(imageID, repo string, diffIDs []digest.Digest, self *layerFlight, unknownFlights bool) ([]digest.Digest, []string) {
 	var want []digest.Digest
 	var why []string
 	for _, d := range slices.Compact(slices.Sorted(slices.Values(diffIDs))) {
-		if skip != nil && skip(d) {
-			continue
-		}
 		if ok, err := g.store.Vouched(repo, d, ""); err == nil && ok {
 			continue
 		}
-		if p := g.layerPrivate(d, imageID, repo, self, time.Time{}); p.private {
+		if p := g.layerPrivate(d, imageID, repo, self, time.Time{}, unknownFlights); p.private {
 			want = append(want, d)
 			why = append(why, d.String()+": "+p.why)
 		}
@@ -194,7 +235,11 @@ func (g *Guard) layersToProve(imageID, repo string, diffIDs []digest.Digest, sel
 
 // layerChooser is the registry check's question for one try of a pull of
 // image (repository repo): which layers of the image it resolved must be
-// proven by their bytes. It enters the pull's layers in flight.
+// proven by their bytes. The check asks it once the runtime pulled (or
+// for the image already on the node), so it sees what the node held when
+// the runtime built the image: it enters the pull's layers in flight, and
+// waits for the other pulls in flight to know theirs (bounded by the
+// proof timeout: past it, their layers count as private).
 func (g *Guard) layerChooser(ctx context.Context, image, repo string, anonymous bool) registry.LayerChooser {
 	fl := flightOf(ctx)
 	return func(ctx context.Context, imageID digest.Digest, layers []registry.Layer) ([]digest.Digest, error) {
@@ -202,33 +247,15 @@ func (g *Guard) layerChooser(ctx context.Context, image, repo string, anonymous 
 		if fl != nil {
 			g.flights.set(fl, imageID.String(), diffIDs, anonymous)
 		}
-		want, why := g.layersToProve(imageID.String(), repo, diffIDs, fl, nil)
+		wctx, cancel := context.WithTimeout(ctx, flightWait)
+		known := g.flights.waitKnown(wctx, fl)
+		cancel()
+		want, why := g.layersToProve(imageID.String(), repo, diffIDs, fl, !known)
 		if len(want) > 0 {
 			g.logDecision(ctx, "PullImage: layers the node shares from elsewhere must be proven by their bytes", image, imageID.String(), "", fmt.Sprint(why))
 		}
 		return want, nil
 	}
-}
-
-// reproveAfterPull proves, after the runtime's pull, the layers that have
-// become private meanwhile (another tenant's pull of an image sharing them
-// finished, or is in flight): the runtime may have taken them from that
-// image instead of the registry. It returns the layers it proved.
-func (g *Guard) reproveAfterPull(ctx context.Context, image, repo string, cred registry.Credential, res registry.Result) ([]digest.Digest, error) {
-	proven := map[digest.Digest]bool{}
-	for _, d := range res.Proven {
-		proven[d] = true
-	}
-	want, why := g.layersToProve(res.ConfigDigest.String(), repo, diffIDsOf(res.Layers), flightOf(ctx), func(d digest.Digest) bool { return proven[d] })
-	if len(want) == 0 {
-		return nil, nil
-	}
-	g.logDecision(ctx, "PullImage: layers became private during the pull; proving them by their bytes", image, res.ConfigDigest.String(), "", fmt.Sprint(why))
-	pres, err := g.registry.ProveLayers(ctx, registry.Request{Image: image, Credential: cred}, res.Layers, want)
-	if err != nil {
-		return nil, g.checkFailed(ctx, image, err)
-	}
-	return pres.Proven, nil
 }
 
 func diffIDsOf(layers []registry.Layer) []digest.Digest {
@@ -267,7 +294,7 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img Image) (bool, str
 		why = "the runtime does not say which layers it holds, and the node holds private layers"
 	default:
 		for _, d := range l.DiffIDs {
-			if p := g.layerPrivate(d, img.ID, "", nil, l.Seen); p.private {
+			if p := g.layerPrivate(d, img.ID, "", nil, l.Seen, false); p.private {
 				why = "it holds " + d.String() + ", which was private on the node before the image was first seen"
 				break
 			}

@@ -36,8 +36,9 @@ type check struct {
 	res      *Result
 	ep       *endpoint
 	client   *http.Client
-	observe  prometheus.Observer
-	requests atomic.Int64
+	observe      prometheus.Observer
+	requests     atomic.Int64
+	manifestGets atomic.Int64
 
 	mu   sync.Mutex
 	auth *authState
@@ -232,6 +233,11 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 	platform := platforms.Only(spec)
 	// The token scope, as containerd's resolver asks it.
 	ctx = docker.ContextWithAppendPullRepositoryScope(ctx, k.name.repository)
+	// The registry's answers are bounded; the proof of layers (its own
+	// bound) and the caller's question are not by this.
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, k.c.timeout)
+	defer cancel()
 	// Manifests taken from the cache that the registry was not asked for in
 	// this check: a HEAD must show the repository holds them for this
 	// credential.
@@ -296,11 +302,12 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 	if chooser == nil {
 		return nil
 	}
-	want, err := chooser(ctx, m.config.Digest, layers)
+	cancel()
+	want, err := chooser(parent, m.config.Digest, layers)
 	if err != nil {
 		return err
 	}
-	return k.proveLayers(ctx, layers, want)
+	return k.proveLayers(parent, layers, want)
 }
 
 // resolve answers what the reference names, and whether the registry was
@@ -608,6 +615,9 @@ type checkTransport struct {
 
 func (t *checkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.k.requests.Add(1)
+	if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/manifests/") {
+		t.k.manifestGets.Add(1)
+	}
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req)
 	t.k.observe.Observe(time.Since(start).Seconds())

@@ -10,10 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/log"
 	"github.com/containerd/platforms"
-	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -170,13 +168,14 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 	}
 	res.Registry, res.Repository = name.registry, name.repository
 
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	// Each phase that asks the registry is bounded by c.timeout (run,
+	// runBeside); the rest (waiting for the runtime's pull, a layer's
+	// proof, with its own bound) by the caller's context.
 	// containerd's authorizer logs through logrus: keep it off stderr.
 	ctx = log.WithLogger(ctx, quietLogger)
 	chk := &check{c: c, name: name, cred: r.Credential, res: &res}
 	defer func() {
-		res.Requests = int(chk.requests.Load())
+		res.Requests, res.ManifestGets = int(chk.requests.Load()), int(chk.manifestGets.Load())
 		result := resultVerified
 		switch {
 		case errors.Is(err, ErrDenied):
@@ -198,12 +197,17 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 			slog.Int("requests", res.Requests), slog.Duration("duration", time.Since(start)), errAttr(err))
 	}()
 
-	ep, err := c.endpointFor(ctx, name.registry)
+	ectx, cancel := context.WithTimeout(ctx, c.timeout)
+	ep, err := c.endpointFor(ectx, name.registry)
+	cancel()
 	if err != nil {
 		return res, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
 	}
 	res.Endpoint, res.Vouched = ep.String(), ep.vouched
 	chk.start(ctx, ep)
+	if r.Pulled != nil && r.Blobs {
+		return res, chk.runBeside(ctx, platform, r)
+	}
 	return res, chk.run(ctx, imageID, platform, r.Blobs, r.ProveLayers)
 }
 
@@ -212,35 +216,4 @@ func errAttr(err error) slog.Attr {
 		return slog.Attr{}
 	}
 	return slog.String("error", err.Error())
-}
-
-// ProveLayers proves, for r.Credential, that r.Image's repository serves
-// the bytes of each of want (diff_ids of layers, the image's as a check
-// returned them in Result.Layers): the proof a check makes for the layers
-// its Request.ProveLayers names, made later, when the node's content
-// changed during a pull. A nil error means every one was fetched and
-// verified; the error is as Check's.
-func (c *Checker) ProveLayers(ctx context.Context, r Request, layers []Layer, want []digest.Digest) (res Result, err error) {
-	res.CredentialKind = r.Credential.Kind()
-	name, err := parseImage(r.Image)
-	if err != nil {
-		return res, err
-	}
-	res.Registry, res.Repository = name.registry, name.repository
-	ctx = log.WithLogger(ctx, quietLogger)
-	chk := &check{c: c, name: name, cred: r.Credential, res: &res}
-	defer func() { res.Requests = int(chk.requests.Load()) }()
-	ep, err := c.endpointFor(ctx, name.registry)
-	if err != nil {
-		return res, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
-	}
-	res.Endpoint, res.Vouched = ep.String(), ep.vouched
-	chk.start(ctx, ep)
-	ctx = docker.ContextWithAppendPullRepositoryScope(ctx, name.repository)
-	err = chk.proveLayers(ctx, layers, want)
-	var e *Error
-	if errors.As(err, &e) && e.Endpoint == "" {
-		e.Endpoint = res.Endpoint
-	}
-	return res, err
 }

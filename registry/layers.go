@@ -49,21 +49,32 @@ type imageConfig struct {
 // containerd's unpacker does (in order, one each): a config and a manifest
 // that disagree cannot be unpacked, and are no answer.
 func layersOf(config []byte, blobs []ocispec.Descriptor) ([]Layer, error) {
+	diffIDs, err := diffIDsOfConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	if len(diffIDs) != len(blobs) {
+		return nil, fmt.Errorf("the config lists %d layers, the manifest %d", len(diffIDs), len(blobs))
+	}
+	layers := make([]Layer, len(blobs))
+	for i, b := range blobs {
+		layers[i] = Layer{Blob: b, DiffID: diffIDs[i]}
+	}
+	return layers, nil
+}
+
+// diffIDsOfConfig is an image config's rootfs.diff_ids, each valid.
+func diffIDsOfConfig(config []byte) ([]digest.Digest, error) {
 	var c imageConfig
 	if err := json.Unmarshal(config, &c); err != nil {
 		return nil, fmt.Errorf("the config is not an image config: %v", err)
 	}
-	if len(c.RootFS.DiffIDs) != len(blobs) {
-		return nil, fmt.Errorf("the config lists %d layers, the manifest %d", len(c.RootFS.DiffIDs), len(blobs))
-	}
-	layers := make([]Layer, len(blobs))
-	for i, b := range blobs {
-		if err := c.RootFS.DiffIDs[i].Validate(); err != nil {
+	for i, d := range c.RootFS.DiffIDs {
+		if err := d.Validate(); err != nil {
 			return nil, fmt.Errorf("diff_id %d: %v", i, err)
 		}
-		layers[i] = Layer{Blob: b, DiffID: c.RootFS.DiffIDs[i]}
 	}
-	return layers, nil
+	return c.RootFS.DiffIDs, nil
 }
 
 // errForged is an answer whose bytes are not the content asked for.

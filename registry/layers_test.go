@@ -357,27 +357,6 @@ func TestProveLayersReadsEveryFormatTheRuntimeUnpacks(t *testing.T) {
 			t.Fatalf("got %v, proven %v; want ErrUnreachable", err, res.Proven)
 		}
 	})
-	t.Run("ProveLayers alone proves what a check returned, later", func(t *testing.T) {
-		lr := newLyingRegistry(t)
-		l := newLayer(t, "later", ocispec.MediaTypeImageLayerGzip)
-		cfg, desc := imageConfigOf(t, "later", l.diffID)
-		lr.blob("b/app", cfg)
-		lr.blob("b/app", l.blob)
-		image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l.desc}})
-		c := newTestChecker(t, Options{})
-		res, err := c.Check(ctx, Request{Image: image, Blobs: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lr.fetched()
-		pres, err := c.ProveLayers(ctx, Request{Image: image}, res.Layers, []digest.Digest{l.diffID})
-		if err != nil || len(pres.Proven) != 1 {
-			t.Fatalf("got %v, proven %v", err, pres.Proven)
-		}
-		if gets := lr.fetched(); len(gets) != 1 || !strings.HasSuffix(gets[0], l.desc.Digest.String()) {
-			t.Errorf("fetched %v, want the layer's blob once", gets)
-		}
-	})
 }
 
 // TestARedirectTargetsChallengeIsNeverTheRegistrys: a blob GET sent on to
