@@ -30,7 +30,7 @@ type Options struct {
 	// digest); 0 is 8 MiB, negative keeps none.
 	ManifestCacheBytes int64
 	// ProofTimeout bounds the proof of a pull's layers by their bytes
-	// (Request.ProveLayers, ProveLayers); 0 is 10m.
+	// (Request.ProveLayers); 0 is 10m.
 	ProofTimeout time.Duration
 	// MaxProofBytes bounds each layer a proof fetches, compressed; 0 is
 	// 8 GiB. A layer over it cannot be proven: the pull is refused.

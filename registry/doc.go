@@ -35,8 +35,22 @@
 //     (Result.Proven, Result.ProvenBytes). A runtime shares layers by
 //     diff_id without fetching or checking a blob, so for content the node
 //     holds from elsewhere only the bytes prove a registry has it.
-//     Checker.ProveLayers makes the same proof later, for layers a check
-//     returned (Result.Layers).
+//
+// # Beside the runtime's pull
+//
+// With Request.Pulled, the check runs beside the runtime's own pull of the
+// image: the registry's word on the reference by HEAD (its
+// Docker-Content-Digest; a GET only when a HEAD names none), told to
+// Request.Resolved (an image policy decides on it meanwhile); then, once
+// the runtime pulled, its manifest must be the one the registry named (a
+// repo digest it recorded for the repository: containerd fetched and
+// verified those bytes; else ErrMoved), and the check takes that fetch for
+// the manifest's bytes: the config by its bytes (GET), its layers from
+// it, and no manifest GET, which Docker Hub counts as a pull, beyond the
+// runtime's own. A layer to prove needs its blob: then the manifest is
+// fetched. Each question to the registry is bounded by Options.Timeout;
+// the wait for the runtime's pull is the caller's. Result.ManifestGets
+// counts the manifest GETs a check made.
 //
 // Otherwise the error matches one of (errors.Is), and is an *Error whose
 // Error() is for the operator and whose Reason is short, for the pod:
