@@ -79,6 +79,10 @@ func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Imag
 		// CreateContainer refuses with its own error.
 		return nil
 	}
+	if arrived, why := g.arrivedAroundTheProxy(ctx, img); arrived {
+		g.refused(ctx, pod, use, ref, why)
+		return refusal(shown, pod)
+	}
 	d := g.countedDecide(ref, repo, img.Names)
 	if !d.verify || g.grants.has(pod.UID, ref) {
 		g.logDecision(ctx, "CreateContainer: allowed ("+use.Field+")", shown, ref, pod.String(), d.rule)

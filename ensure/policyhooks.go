@@ -22,15 +22,21 @@ import (
 // runtime.
 type PolicyHooks struct {
 	gate     *policyGate
-	registry RegistryCheck
+	registry registryResolver
 	runtime  Runtime
 	log      *slog.Logger
 	names    imageref.Names
 }
 
+// registryResolver asks an image's registry which digest a name resolves
+// to, for a credential; *registry.Checker is the real one.
+type registryResolver interface {
+	Check(ctx context.Context, r registry.Request) (registry.Result, error)
+}
+
 // NewPolicyHooks returns the hooks of policy, asking reg for the digest a
 // pull resolves to and rt which image a container uses.
-func NewPolicyHooks(policy ImagePolicy, reg RegistryCheck, rt Runtime, log *slog.Logger) *PolicyHooks {
+func NewPolicyHooks(policy ImagePolicy, reg registryResolver, rt Runtime, log *slog.Logger) *PolicyHooks {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

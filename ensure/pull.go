@@ -63,6 +63,11 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
+	// The pull's layers count as private to other pulls until its record
+	// is written (or it failed).
+	fl := g.flights.start()
+	defer g.flights.end(fl)
+	ctx = withFlight(ctx, fl)
 	ctx, call := pullreport.Start(ctx)
 	if before != "" {
 		call.SetPresent(before)
@@ -99,7 +104,13 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	ref := g.imageID(ctx, req.Image, pulled)
 	unlock := g.refs.lock(ref)
 	defer unlock()
-	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
+	if v := call.Verified(); v != nil && v.LayersKnown {
+		// The registry vouched for every layer as repo: kept with the record.
+		err = g.store.RecordVerifiedPull(ref, repo, cred, v.Layers, intent, g.clock.Now())
+	} else {
+		err = g.store.RecordPull(ref, repo, cred, intent, g.clock.Now())
+	}
+	if err != nil {
 		g.recordFailed(req.Image, repo, ref, intent, err)
 	} else {
 		g.settlePulled(req.Image)

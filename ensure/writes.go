@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	digest "github.com/opencontainers/go-digest"
 )
 
 // writeHealth follows the records database's writes: the first that fails
@@ -207,6 +209,12 @@ func (s watchedStore) DropIntent(id string) error {
 
 func (s watchedStore) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error {
 	err := s.RecordStore.RecordPull(imageRef, repo, cred, intentID, now)
+	s.health.note(err)
+	return err
+}
+
+func (s watchedStore) RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time) error {
+	err := s.RecordStore.RecordVerifiedPull(imageRef, repo, cred, diffIDs, intentID, now)
 	s.health.note(err)
 	return err
 }

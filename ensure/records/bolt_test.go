@@ -195,6 +195,36 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "version 4 adds empty buckets of images' layers and of repositories' words for them: the daemon learns the layers from the runtime",
+		init: func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{bucketLayers, bucketVouched} {
+				if err := tx.Bucket(bucketSchema).DeleteBucket(b); err != nil {
+					return err
+				}
+			}
+			r := &Record{ImageRef: "sha256:" + strings.Repeat("d", 64), LastUpdatedTime: metav1.NewTime(t0)}
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			return putRecord(tx, []byte(r.ImageRef), data, t0)
+		},
+		check: func(tx *bolt.Tx) error {
+			for _, b := range []*bolt.Bucket{layersBucket(tx), vouchedBucket(tx)} {
+				if b == nil {
+					return fmt.Errorf("a bucket is missing")
+				}
+				if k, _ := b.Cursor().First(); k != nil {
+					return fmt.Errorf("a new bucket is not empty: %q", k)
+				}
+			}
+			if recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("d", 64))) == nil {
+				return fmt.Errorf("the record is gone")
+			}
+			return nil
+		},
+	},
 }
 
 func TestMigrations(t *testing.T) {

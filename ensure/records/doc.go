@@ -53,13 +53,34 @@
 //	│   └── *image ID* : <8 bytes>       when its record last changed, Unix
 //	│                                    nanoseconds big-endian; kept with
 //	│                                    each write of a record
-//	└── verified                         (version 3)
-//	    └── *image ID*\0*repository*\0*credential* : <8 bytes>
-//	                                     when the credential (CredentialKeys:
-//	                                     h:HASH, s:SECRET-UID, sa:UID/NS/NAME,
-//	                                     node) was last verified for the image
-//	                                     as the repository; written with the
-//	                                     record, deleted with it
+//	├── verified                         (version 3)
+//	│   └── *image ID*\0*repository*\0*credential* : <8 bytes>
+//	│                                    when the credential (CredentialKeys:
+//	│                                    h:HASH, s:SECRET-UID, sa:UID/NS/NAME,
+//	│                                    node) was last verified for the image
+//	│                                    as the repository; written with the
+//	│                                    record, deleted with it
+//	├── layers                           (version 4)
+//	│   └── *image ID* : <8 bytes><diff_id>\n<diff_id>…
+//	│                                    when the proxy first learnt the
+//	│                                    image's layers (its pull, or its
+//	│                                    first sighting on the node), and
+//	│                                    their diff_ids in order; kept while
+//	│                                    the image is on the node or has a
+//	│                                    record, loaded into memory at open
+//	└── vouched                          (version 4)
+//	    └── *repository*\0*diff_id*\0*image ID* : <8 bytes>
+//	                                     the repository vouched for the layer
+//	                                     (supplied it, or proved its bytes)
+//	                                     in the verified pull of the image;
+//	                                     written with that pull's record,
+//	                                     deleted with the record
+//
+// The layers and vouched buckets are what per-layer decisions read: a
+// runtime shares a layer between images by its diff_id, so a layer one
+// tenant's private image brought to the node can be named by another
+// image; which images hold a layer, since when, and which repositories
+// vouched for it, decide whether a pull must prove it by its bytes.
 //
 // The repos index lets ImageStatus of a repository no record restricts
 // pass without decoding (the common case: public and node-wide images),

@@ -24,6 +24,7 @@ type migration struct {
 var migrations = []migration{
 	{version: 2, migrate: indexUpdateTimes},
 	{version: 3, migrate: addVerified},
+	{version: 4, migrate: addLayers},
 }
 
 // addVerified (version 3) adds the bucket of each credential's last
@@ -61,7 +62,7 @@ func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) e
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified} {
+	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified, bucketLayers, bucketVouched} {
 		if _, err := createBucket(tx, bucketSchema, b); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	digest "github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
@@ -48,6 +49,12 @@ type RestoreOptions struct {
 	// intents cannot be read; without it Restore refuses such a database
 	// (ErrIntentsUnreadable) and changes nothing.
 	ForgetUnreadableIntents bool
+	// Preloaded are the layers (diff_ids) of the images the operator names
+	// preloaded, by image ID: kept as on the node before anything (first
+	// seen at the zero time), so that an image that came around the proxy
+	// later holding one of their layers is not taken for one that brought
+	// another tenant's content.
+	Preloaded map[string][]digest.Digest
 }
 
 // ErrIntentsUnreadable: the database a restore would replace cannot be
@@ -104,7 +111,7 @@ func Restore(path, backup string, present []Image, now time.Time, ropts RestoreO
 		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)
 	}
 	defer os.Remove(tmp) // after the rename there is nothing there
-	if rep, err = markUnknown(tmp, present, intents, now, opts); err != nil {
+	if rep, err = markUnknown(tmp, present, ropts.Preloaded, intents, now, opts); err != nil {
 		return rep, err
 	}
 	rep.IntentsLost = lost
@@ -156,7 +163,7 @@ func currentIntents(path, dir string, opts Options) (intents []rawIntent, lost s
 
 // markUnknown marks, in the database at path, every image of present the
 // database does not know, in one transaction, and adds intents.
-func markUnknown(path string, present []Image, intents []rawIntent, now time.Time, opts Options) (rep RestoreReport, err error) {
+func markUnknown(path string, present []Image, preloaded map[string][]digest.Digest, intents []rawIntent, now time.Time, opts Options) (rep RestoreReport, err error) {
 	s, err := Open(path, Options{OpenTimeout: opts.OpenTimeout})
 	if err != nil {
 		return rep, fmt.Errorf("the backup, copied to %s: %w", path, err)
@@ -192,6 +199,14 @@ func markUnknown(path string, present []Image, intents []rawIntent, now time.Tim
 		return rep, fmt.Errorf("marking the images the backup does not know: %w", err)
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
+		for ref, diffIDs := range preloaded {
+			if err := validImageRef(ref); err != nil {
+				return err
+			}
+			if err := layersBucket(tx).Put([]byte(ref), encodeLayers(ImageLayers{DiffIDs: diffIDs})); err != nil {
+				return err
+			}
+		}
 		for _, in := range intents {
 			if err := put(tx, intentsBucket(tx), keyIntentsCount, in.key, in.value); err != nil {
 				return err

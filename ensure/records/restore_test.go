@@ -3,8 +3,10 @@ package records
 import (
 	"bytes"
 	"errors"
+	digest "github.com/opencontainers/go-digest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +146,24 @@ func TestRestore(t *testing.T) {
 		}
 		if rep.IntentsLost == "" || rep.Intents != 0 {
 			t.Errorf("report %+v, want the intents named lost", rep)
+		}
+	})
+
+	t.Run("the layers of images named preloaded are kept as on the node before anything", func(t *testing.T) {
+		path, backup := setup(t)
+		const refPreloaded = "sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
+		layers := []digest.Digest{digest.FromString("base")}
+		if _, err := Restore(path, backup, present, later, RestoreOptions{Preloaded: map[string][]digest.Digest{refPreloaded: layers}}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(path, Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l, ok := s.Layers(refPreloaded)
+		if !ok || !slices.Equal(l.DiffIDs, layers) || !l.Seen.IsZero() {
+			t.Errorf("layers %+v, %v; want the named image's, seen at the zero time", l, ok)
 		}
 	})
 

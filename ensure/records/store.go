@@ -44,6 +44,7 @@ type Store struct {
 	pageSize int
 	repos    repoIndex
 	cache    recordCache
+	layers   layerIndex
 
 	// afterRead, when set (by tests only), runs between a cache miss's
 	// read and its store into the cache: the window a write can race.
@@ -195,6 +196,11 @@ func (s *Store) Intents() ([]Intent, error) {
 // RecordPull adds cred to the record of imageRef for repo and drops the
 // intent intentID (if any), in one committed transaction.
 func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error {
+	return s.recordPull(imageRef, repo, cred, intentID, now, nil)
+}
+
+// recordPull is RecordPull with also, in its transaction, what with adds.
+func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, with func(*bolt.Tx) error) error {
 	if err := validImageRef(imageRef); err != nil {
 		return err
 	}
@@ -227,6 +233,11 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 				return nil, err
 			}
 		}
+		if with != nil {
+			if err := with(tx); err != nil {
+				return nil, err
+			}
+		}
 		return []string{imageRef}, nil
 	})
 }
@@ -252,7 +263,10 @@ func (s *Store) VerifiedAt(imageRef, repo, key string) (time.Time, bool, error) 
 func (s *Store) Forget(imageRef string) (bool, error) {
 	found := false
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
-		d.takeOut(tx, []byte(imageRef))
+		old := d.takeOut(tx, []byte(imageRef))
+		if err := delVouched(tx, []byte(imageRef), old); err != nil {
+			return nil, err
+		}
 		var err error
 		found, err = delRecord(tx, []byte(imageRef))
 		return []string{imageRef}, err
@@ -408,7 +422,9 @@ func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int,
 			return nil, err
 		}
 		for _, k := range doomed {
-			d.takeOut(tx, k)
+			if err := delVouched(tx, k, d.takeOut(tx, k)); err != nil {
+				return nil, err
+			}
 			if _, err := delRecord(tx, k); err != nil {
 				return nil, err
 			}

@@ -81,7 +81,13 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, err
 	}
 	d.settleIntents(ctx, guard)
-	d.background(func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
+	d.background(func(ctx context.Context) {
+		// The node's images before the first pull: what is preloaded.
+		if err := guard.ObserveLayers(ctx); err != nil {
+			d.log.Warn("learning the layers of the node's images failed; the next garbage collection does", "err", err)
+		}
+		guard.Run(ctx, e.GCInterval.Duration)
+	})
 	// While the database's writes fail, probe it: readiness comes back by
 	// itself once the disk is fixed.
 	d.background(guard.MendWrites)
