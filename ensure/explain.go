@@ -34,9 +34,9 @@ type Explanation struct {
 	// Layers are the image's layers (diff_ids) as the proxy knows them,
 	// and when it first knew them (its pull, or its first sighting on
 	// the node); nil when it does not.
-	Layers      []string   `json:"layers,omitempty"`
-	LayersSeen  *time.Time `json:"layersSeen,omitempty"`
-	Vouched     []string   `json:"vouchedBy,omitempty"` // repositories of the record that vouched for every layer
+	Layers     []string   `json:"layers,omitempty"`
+	LayersSeen *time.Time `json:"layersSeen,omitempty"`
+	Vouched    []string   `json:"vouchedBy,omitempty"` // repositories of the record that vouched for every layer
 
 	// Verifications are the registry's last word on the credentials the
 	// daemon recorded for the image, by repository: which endpoint
