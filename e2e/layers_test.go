@@ -274,7 +274,12 @@ func TestNoDigestIsAKey(t *testing.T) {
 		{"1. a manifest of B's naming A's config (A's image ID) and A's layer digests", b.manifest(t, "b/a-config", "v1", ociManifestType,
 			func() ociManifest { m := annotated; m.Config = configDesc(a); m.Layers = a.descs; return m }()), true},
 		{"1. a manifest of B's naming A's config, with made-up layer digests", b.manifest(t, "b/a-config-made-up", "v1", ociManifestType,
-			func() ociManifest { m := annotated; m.Config = configDesc(a); m.Layers = madeUpLayers(len(a.descs)); return m }()), true},
+			func() ociManifest {
+				m := annotated
+				m.Config = configDesc(a)
+				m.Layers = madeUpLayers(len(a.descs))
+				return m
+			}()), true},
 		{"1. a manifest of B's naming A's config with a wrong size", b.manifest(t, "b/a-config-size", "v1", ociManifestType,
 			func() ociManifest {
 				m := annotated

@@ -93,7 +93,10 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		refused := errors.New("refused by the image policy")
 		_, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
 			Resolved: func(_ context.Context, d digest.Digest) error { told = d; return refused },
-			Pulled:   func(context.Context) (PulledImage, error) { t.Error("waited for the runtime"); return PulledImage{}, nil }})
+			Pulled: func(context.Context) (PulledImage, error) {
+				t.Error("waited for the runtime")
+				return PulledImage{}, nil
+			}})
 		if !errors.Is(err, refused) || told != e.imgMan {
 			t.Fatalf("got %v, told %s; want the hook's refusal, told %s", err, told, e.imgMan)
 		}

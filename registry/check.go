@@ -30,12 +30,12 @@ const userAgent = "cri-image-proxy (registry check)"
 // that authorizer and die with the check: nothing fetched with one
 // credential ever serves another's check.
 type check struct {
-	c        *Checker
-	name     imageName
-	cred     Credential
-	res      *Result
-	ep       *endpoint
-	client   *http.Client
+	c            *Checker
+	name         imageName
+	cred         Credential
+	res          *Result
+	ep           *endpoint
+	client       *http.Client
 	observe      prometheus.Observer
 	requests     atomic.Int64
 	manifestGets atomic.Int64
