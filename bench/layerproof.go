@@ -139,7 +139,7 @@ func (e *benchEnv) privateCopies(ee *ensureEnv, n int) ([]string, error) {
 			return nil, err
 		}
 		if _, err := c.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "registry.remote.test/" + private}, Auth: aliceAuth}); err != nil {
-			return nil, fmt.Errorf("A's pull of %s: %w", private, err)
+			return nil, fmt.Errorf("the private image %s, pulled as A: %w", private, err)
 		}
 		out = append(out, "registry.remote.test/"+cp)
 	}
