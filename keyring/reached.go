@@ -112,13 +112,14 @@ type Repository struct {
 }
 
 // ParseRepository parses a repository ("registry.example.com:443/team/app",
-// no tag or digest); one that does not parse matches no pattern.
-func ParseRepository(repo string) Repository {
+// no tag or digest); false for one that does not parse, which matches no
+// pattern.
+func ParseRepository(repo string) (Repository, bool) {
 	u, err := ParseSchemelessURL(repo)
 	if err != nil {
-		return Repository{}
+		return Repository{}, false
 	}
-	return Repository{host: parseReachedHost(u.Host), path: u.Path, ok: true}
+	return Repository{host: parseReachedHost(u.Host), path: u.Path, ok: true}, true
 }
 
 // Match reports whether repo matches the pattern: the hosts reach the same
@@ -147,7 +148,8 @@ func MatchImageAsReached(pattern, repository string) bool {
 	if err != nil {
 		return false
 	}
-	return p.Match(ParseRepository(repository))
+	repo, _ := ParseRepository(repository)
+	return p.Match(repo)
 }
 
 // SameHost reports whether two hosts (host[:port], as image references
