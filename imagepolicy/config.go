@@ -96,6 +96,11 @@ func (r NoMatchRules) For(namespace string) NoMatchPolicy {
 	if p, ok := r.Namespaces[namespace]; ok {
 		return p
 	}
+	return r.DefaultPolicy()
+}
+
+// DefaultPolicy is the no-match policy of a namespace not listed.
+func (r NoMatchRules) DefaultPolicy() NoMatchPolicy {
 	if r.Default == "" {
 		return NoMatchAllow
 	}
