@@ -423,17 +423,19 @@ func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 	if err := s.validate(); err != nil {
 		return e.invalid(ctx, &s, v, err)
 	}
-	var keys []string
+	// Made here, not in the loop, so that the keys stay on the stack.
+	keys := s.cacheKeys()
+	identified := false
 	v.Allowed = true
 	for i, p := range set.providers {
 		if !info.matching[i] || !p.match.coversNamespace(ns) {
 			continue
 		}
-		if keys == nil {
+		if !identified {
 			if err := s.validateIdentity(); err != nil {
 				return e.invalid(ctx, &s, v, err)
 			}
-			keys = s.cacheKeys()
+			identified = true
 		}
 		d := p.decide(ctx, &s, ns, keys)
 		source := "plugin"
