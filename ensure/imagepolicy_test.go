@@ -74,6 +74,8 @@ func (f *fakePolicy) Applies(namespace, _ string) bool {
 	return f.namespaces[namespace]
 }
 
+func (f *fakePolicy) NoMatchPolicy(string) imagepolicy.NoMatchPolicy { return imagepolicy.NoMatchAllow }
+
 // subjects returns what was asked since the last call.
 func (f *fakePolicy) subjects() []imagepolicy.Subject {
 	f.mu.Lock()

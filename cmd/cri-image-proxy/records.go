@@ -507,8 +507,9 @@ func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
 	for _, as := range pe.As {
 		x := as.Explanation
 		fmt.Fprintf(out, "image policy: namespace %s, repository %s, digest %s (policy configuration %s)\n", x.Namespace, orDash(as.Repository), orDash(as.Digest), x.ConfigHash)
+		fmt.Fprintf(out, "  noMatchPolicy of namespace %s (an image no provider applies to): %s\n", x.Namespace, x.NoMatchPolicy)
 		for _, p := range x.Providers {
-			line := fmt.Sprintf("  %s: applies=%v, %s", p.Provider, p.Applies, p.Why)
+			line := fmt.Sprintf("  %s: applies=%v, %s; %s", p.Provider, p.Applies, p.Why, describeWatchFiles(p.WatchFiles, p.WatchFilesFromArgs))
 			if c := p.Cached; c != nil {
 				what := "allowed"
 				if !c.Allowed {

@@ -170,6 +170,7 @@ func (d *daemon) assemble(ctx context.Context) error {
 		d.background(func(ctx context.Context) { d.policy.Run(ctx, ip.CachePurgeInterval.Duration) })
 		pc := d.policy.Config()
 		log.Info("image policy on", "providers", len(pc.Providers), "config", ip.Config, "hash", pc.Hash, "defaultNamespace", pc.DefaultNamespace)
+		logImagePolicy(log, pc)
 	}
 	enf := &enforcement{}
 	switch e := cfg.EnsureSecretPulledImages; {

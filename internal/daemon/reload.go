@@ -28,7 +28,10 @@ import (
 // reloader applies a changed configuration while the daemon serves: on
 // SIGHUP, and when the configuration file, the credential provider or
 // image policy configuration (file or directory) or their plugins'
-// directories change. A new configuration is loaded and checked whole (as
+// directories change. It also watches the image policy plugins' own files
+// (each provider's watchFiles): a change of one drops that provider's
+// cached verdicts at once, with no reload (the plugin reads its files at
+// each run), and whether or not a reload would be applied. A new configuration is loaded and checked whole (as
 // serve and config validate would) before anything changes; then the
 // credential providers, the image policy (every cached verdict dropped)
 // and the ensure policy are swapped, each atomically. A configuration that
@@ -204,6 +207,9 @@ func (r *reloader) reload() error {
 	}
 	r.applied(cfg)
 	r.log.Info("configuration reloaded", append(attrs, "hash", r.hash(cfg))...)
+	if imagePolicy != nil {
+		logImagePolicy(r.log, imagePolicy)
+	}
 	return nil
 }
 
@@ -270,8 +276,9 @@ func (r *reloader) Run(ctx context.Context, configPath string) {
 			return
 		case <-hup:
 			_ = r.Reload("SIGHUP")
+			r.watch(w, configPath) // the reload may name other directories
 		case ev := <-events:
-			if r.relevant(ev.Name, configPath) {
+			if r.event(ev.Name, configPath) {
 				timer = time.After(debounce)
 			}
 		case err := <-errs:
@@ -284,13 +291,37 @@ func (r *reloader) Run(ctx context.Context, configPath string) {
 	}
 }
 
+// event handles a change fsnotify saw: a plugin's watched file drops that
+// provider's verdicts now (each event: an editor's steps each change what
+// the plugin would read, and a run between them must not stay cached);
+// it reports whether the change calls for a reload, after the debounce.
+func (r *reloader) event(path, configPath string) bool {
+	if r.policy != nil {
+		r.policy.FileChanged(path) // logs and counts what it drops
+	}
+	return r.relevant(path, configPath)
+}
+
 // watch watches the directories holding what a reload reads: a file is
 // watched through its directory, so that an atomic replace (a rename
 // over it, as editors and configuration tools do) is seen.
 func (r *reloader) watch(w *fsnotify.Watcher, configPath string) {
+	if w == nil {
+		return
+	}
 	for _, dir := range r.watched(configPath) {
 		if err := w.Add(dir); err != nil {
 			r.log.Debug("not watching a configuration directory", "dir", dir, "err", err)
+		}
+	}
+	if r.policy == nil {
+		return
+	}
+	// A plugin's files that cannot be watched leave its verdicts cached
+	// after a change: the operator must hear of it.
+	for _, dir := range r.policy.WatchedDirs() {
+		if err := w.Add(dir); err != nil {
+			r.log.Warn("image policy: a plugin's files are not watched; a change of them takes effect at a reload (SIGHUP) or when the cached verdicts expire", "dir", dir, "err", err)
 		}
 	}
 }
