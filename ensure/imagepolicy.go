@@ -121,6 +121,18 @@ func (p *policyGate) pull(ctx context.Context, image string, pod Pod, cred regis
 	return v, nil
 }
 
+// nameDecides reports whether a pull of image for pod is decided on the
+// name alone: a policy is configured, the name names a repository, and no
+// provider applies to it in the pod's namespace (its no-match policy
+// decides, with no question to the registry).
+func (p *policyGate) nameDecides(pod Pod, image string) bool {
+	if p == nil {
+		return false
+	}
+	repo := p.repository(image)
+	return repo != "" && !p.policy.Applies(pod.Namespace, repo)
+}
+
 // bind carries an allowed pull's verdict over to the image ID it produced.
 func (p *policyGate) bind(v imagepolicy.Verdict, imageID string) {
 	if p != nil {

@@ -73,6 +73,15 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 		ProveLayers: g.layerChooser(ctx, image, repo, cred.Kind() == registry.KindAnonymous),
 		Resolved:    func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") },
 	}
+	if g.imagePolicy.nameDecides(pod, image) {
+		// No provider applies: the namespace's no-match policy decides on
+		// the name, before the runtime is asked (a Deny namespace pulls
+		// nothing it refuses).
+		if err := decide(ctx, "", ""); err != nil {
+			return "", err
+		}
+		req.Resolved = nil
+	}
 	if present != "" {
 		held, err := g.pulledImage(ctx, image, repo, present)
 		if err != nil {
@@ -80,9 +89,13 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 		}
 		req := req
 		req.Pulled = func(context.Context) (registry.PulledImage, error) { return held, nil }
+		decided := req.Resolved == nil
 		req.Resolved = func(ctx context.Context, manifest digest.Digest) error {
 			if !slices.Contains(held.ManifestDigests, manifest) {
 				return fmt.Errorf("the registry names manifest %s, not the image on the node: %w", manifest, registry.ErrMoved)
+			}
+			if decided {
+				return nil
 			}
 			return decide(ctx, manifest, present)
 		}
