@@ -146,11 +146,18 @@ func adminAPI(l net.Listener, srv *http.Server) *component {
 	}
 }
 
-// newGuard builds the guard over store, with the node's pods when there is
-// an API, and the token plugins to re-check service-account re-uses
-// against (without them such a re-use is never made).
+// newGuard builds the guard over store with all it needs from the start:
+// the registry check, the record expiry, the image policy if any, the
+// node's pods when there is an API, and the token plugins to re-check
+// service-account re-uses against (without them such a re-use is never
+// made).
 func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages) (*ensure.Guard, error) {
-	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: d.registry}
+	if d.registry == nil {
+		// A guard without the registry's word would take the runtime's
+		// success for it.
+		return nil, errors.New("ensureSecretPulledImages: no registry check was built")
+	}
+	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: d.registry, Expiry: e.Expiry()}
 	if d.policy != nil {
 		opts.ImagePolicy = d.policy
 	}
@@ -161,12 +168,7 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 		opts.Accounts = d.injector
 	}
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
-	guard, err := ensure.NewGuard(store, policy, rt, opts)
-	if err != nil {
-		return nil, err
-	}
-	guard.SetExpiry(e.Expiry())
-	return guard, nil
+	return ensure.NewGuard(store, policy, rt, opts)
 }
 
 // policyOnly is the image policy on a proxy that does not enforce ensure:
