@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
@@ -74,6 +76,10 @@ type ProxyConfiguration struct {
 	// pulled with credentials is handed only to pods whose credentials were
 	// verified for it.
 	EnsureSecretPulledImages EnsureSecretPulledImages `json:"ensureSecretPulledImages"`
+	// RegistryCheck is how the proxy asks an image's own registry for its
+	// word: ensure's verification of a pull's credential, and the digest
+	// the image policy decides on, whichever of the two is on.
+	RegistryCheck RegistryCheck `json:"registryCheck"`
 	// Kubernetes gives the proxy the Kubernetes API, which service-account
 	// token providers (KEP-4412) need, and with which ensure decisions see
 	// pods' service accounts and pull secrets. Absent: no API.
@@ -160,13 +166,38 @@ type EnsureSecretPulledImages struct {
 	// matching a pattern (the kubelet's matchImages syntax); the first
 	// match wins.
 	MaxRecordAgeByRepository []RepositoryMaxAge `json:"maxRecordAgeByRepository,omitempty"`
-	// RegistryHostsDir is where the node's containerd reads its registries'
-	// hosts.toml (its registry config_path; a colon-separated list, as
-	// containerd takes it). A pull's credential is recorded only once the
-	// image's own registry, its server and TLS settings read from there as
-	// the runtime reads them, answered for it: never a mirror listed there.
-	// Default: /etc/containerd/certs.d:/etc/docker/certs.d.
+	// RegistryHostsDir is deprecated: registryCheck.hostsDir. Still read:
+	// it is the registry check's when that is not set, and the two set to
+	// different values are an error.
 	RegistryHostsDir string `json:"registryHostsDir,omitempty"`
+	// VouchedMirrors is deprecated: registryCheck.vouchedMirrors, read as
+	// RegistryHostsDir is.
+	VouchedMirrors []VouchedMirror `json:"vouchedMirrors,omitempty"`
+}
+
+// RegistryCheck configures the registry check.
+type RegistryCheck struct {
+	// HostsDir is where the node's containerd reads its registries'
+	// hosts.toml (its registry config_path; a colon-separated list, as
+	// containerd takes it). The check asks the image's own registry, its
+	// server and TLS settings read from there as the runtime reads them:
+	// never a mirror listed there. Default:
+	// /etc/containerd/certs.d:/etc/docker/certs.d.
+	HostsDir string `json:"hostsDir,omitempty"`
+	// Timeout bounds each question a check asks a registry (the image
+	// reference's resolution, a round of blob requests); past it the
+	// registry is unreachable, and the pull refused. Default: 10s.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// ProofTimeout bounds the proof of a pull's layers by their bytes
+	// (layers the node holds that the pulled repository never supplied).
+	// Default: 10m.
+	ProofTimeout metav1.Duration `json:"proofTimeout,omitempty"`
+	// MaxProofBytes bounds each layer a proof fetches, compressed: a layer
+	// over it cannot be proven, and its pull is refused. Default: 8Gi.
+	MaxProofBytes resource.Quantity `json:"maxProofBytes,omitempty"`
+	// MaxProofParallel bounds the layers one proof fetches at once.
+	// Default: 3, containerd's for a pull's layer downloads.
+	MaxProofParallel int `json:"maxProofParallel,omitempty"`
 	// VouchedMirrors are mirrors the operator vouches for, for nodes that
 	// reach only a mirror: one that enforces the registry's own
 	// authorization (it passes each caller's credential on, or checks it as
@@ -184,10 +215,10 @@ type VouchedMirror struct {
 	Endpoint string `json:"endpoint"`
 }
 
-// Vouched is e's vouched-for mirrors as the registry check takes them.
-func (e *EnsureSecretPulledImages) Vouched() []registry.VouchedMirror {
+// Vouched is r's vouched-for mirrors as the registry check takes them.
+func (r *RegistryCheck) Vouched() []registry.VouchedMirror {
 	var out []registry.VouchedMirror
-	for _, v := range e.VouchedMirrors {
+	for _, v := range r.VouchedMirrors {
 		out = append(out, registry.VouchedMirror{Registry: v.Registry, Endpoint: v.Endpoint})
 	}
 	return out
@@ -316,8 +347,28 @@ func (c *ProxyConfiguration) SetDefaults() {
 	if e.AdminSocket == "" {
 		e.AdminSocket = DefaultAdminSocket
 	}
-	if e.RegistryHostsDir == "" {
-		e.RegistryHostsDir = registry.DefaultHostsDir
+	// A deprecated field set alone is its successor's value.
+	r := &c.RegistryCheck
+	if r.HostsDir == "" {
+		r.HostsDir = e.RegistryHostsDir
+	}
+	if r.VouchedMirrors == nil && e.VouchedMirrors != nil {
+		r.VouchedMirrors = slices.Clone(e.VouchedMirrors)
+	}
+	if r.HostsDir == "" {
+		r.HostsDir = registry.DefaultHostsDir
+	}
+	if r.Timeout.Duration == 0 {
+		r.Timeout.Duration = registry.DefaultTimeout
+	}
+	if r.ProofTimeout.Duration == 0 {
+		r.ProofTimeout.Duration = registry.DefaultProofTimeout
+	}
+	if r.MaxProofBytes.IsZero() {
+		r.MaxProofBytes = *resource.NewQuantity(registry.DefaultMaxProofBytes, resource.BinarySI)
+	}
+	if r.MaxProofParallel == 0 {
+		r.MaxProofParallel = registry.DefaultMaxProofParallel
 	}
 	if k := c.Kubernetes; k != nil {
 		if k.NodeName == "" {
@@ -451,6 +502,7 @@ func (c *ProxyConfiguration) Validate() error {
 		errs = append(errs, validatePlugins(field.NewPath("imagePolicy"), ip.Config, ip.BinDir, ip.CacheSize, ip.CachePurgeInterval.Duration)...)
 	}
 	errs = append(errs, validateEnsure(field.NewPath("ensureSecretPulledImages"), &c.EnsureSecretPulledImages)...)
+	errs = append(errs, validateRegistryCheck(c)...)
 	if k := c.Kubernetes; k != nil {
 		if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 			errs = append(errs, field.Invalid(field.NewPath("kubernetes", "kubeconfig"), k.Kubeconfig, "must be an absolute path"))
@@ -505,28 +557,110 @@ func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList 
 	if x := e.Expiry(); x != nil {
 		errs = append(errs, x.Validate(p)...)
 	}
-	for _, d := range filepath.SplitList(e.RegistryHostsDir) {
+	return errs
+}
+
+// The deprecated fields, and their successors.
+var (
+	deprecatedHostsDir       = field.NewPath("ensureSecretPulledImages", "registryHostsDir")
+	deprecatedVouchedMirrors = field.NewPath("ensureSecretPulledImages", "vouchedMirrors")
+	registryHostsDir         = field.NewPath("registryCheck", "hostsDir")
+	registryVouchedMirrors   = field.NewPath("registryCheck", "vouchedMirrors")
+)
+
+// validateRegistryCheck checks the registry check's section, each problem
+// named where the file gave the value: a deprecated field that agrees with
+// its successor (SetDefaults made the successor its copy) is that field;
+// one that does not is an error naming both.
+func validateRegistryCheck(c *ProxyConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	r, e := &c.RegistryCheck, &c.EnsureSecretPulledImages
+	hostsDir, mirrors := registryHostsDir, registryVouchedMirrors
+	if e.RegistryHostsDir != "" {
+		if e.RegistryHostsDir != r.HostsDir {
+			errs = append(errs, field.Invalid(deprecatedHostsDir, e.RegistryHostsDir,
+				fmt.Sprintf("deprecated, and %s is set to another value, %q: keep %s alone", registryHostsDir, r.HostsDir, registryHostsDir)))
+		} else {
+			hostsDir = deprecatedHostsDir
+		}
+	}
+	if e.VouchedMirrors != nil {
+		if !slices.Equal(e.VouchedMirrors, r.VouchedMirrors) {
+			// Counted, not shown: an endpoint may hold a password.
+			errs = append(errs, field.Invalid(deprecatedVouchedMirrors, len(e.VouchedMirrors),
+				fmt.Sprintf("deprecated, and %s is set to another list (of %d): keep %s alone", registryVouchedMirrors, len(r.VouchedMirrors), registryVouchedMirrors)))
+		} else {
+			mirrors = deprecatedVouchedMirrors
+		}
+	}
+	for _, d := range filepath.SplitList(r.HostsDir) {
 		if !filepath.IsAbs(d) {
-			errs = append(errs, field.Invalid(p.Child("registryHostsDir"), e.RegistryHostsDir, "must be absolute paths, separated by colons"))
+			errs = append(errs, field.Invalid(hostsDir, r.HostsDir, "must be absolute paths, separated by colons"))
 			break
 		}
 	}
+	p := field.NewPath("registryCheck")
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"timeout", r.Timeout.Duration}, {"proofTimeout", r.ProofTimeout.Duration}} {
+		if d.d < 0 {
+			errs = append(errs, field.Invalid(p.Child(d.name), d.d.String(), "must not be negative"))
+		}
+	}
+	if r.MaxProofBytes.Sign() < 0 {
+		errs = append(errs, field.Invalid(p.Child("maxProofBytes"), r.MaxProofBytes.String(), "must not be negative"))
+	}
+	if r.MaxProofParallel < 0 {
+		errs = append(errs, field.Invalid(p.Child("maxProofParallel"), r.MaxProofParallel, "must not be negative"))
+	}
 	entriesValid := true
-	for i, v := range e.VouchedMirrors {
+	for i, v := range r.VouchedMirrors {
 		if err := registry.ValidateVouched([]registry.VouchedMirror{{Registry: v.Registry, Endpoint: v.Endpoint}}); err != nil {
 			shown := VouchedMirror{Registry: v.Registry, Endpoint: registry.RedactURL(v.Endpoint)}
-			errs = append(errs, field.Invalid(p.Child("vouchedMirrors").Index(i), shown, err.Error()))
+			errs = append(errs, field.Invalid(mirrors.Index(i), shown, err.Error()))
 			entriesValid = false
 		}
 	}
 	// Each entry may be valid and the list not: one registry named twice
 	// (docker.io and index.docker.io are one).
 	if entriesValid {
-		if err := registry.ValidateVouched(e.Vouched()); err != nil {
-			errs = append(errs, field.Invalid(p.Child("vouchedMirrors"), len(e.VouchedMirrors), err.Error()))
+		if err := registry.ValidateVouched(r.Vouched()); err != nil {
+			errs = append(errs, field.Invalid(mirrors, len(r.VouchedMirrors), err.Error()))
 		}
 	}
 	return errs
+}
+
+// Deprecation is a deprecated field a configuration sets, and the field
+// that replaces it.
+type Deprecation struct {
+	Field, Use string
+}
+
+func (d Deprecation) String() string {
+	return fmt.Sprintf("%s is deprecated: use %s (the old field is still read)", d.Field, d.Use)
+}
+
+// Deprecations are the deprecated fields c sets, for a warning: a file
+// that sets one keeps working.
+func (c *ProxyConfiguration) Deprecations() []Deprecation {
+	var out []Deprecation
+	if c.EnsureSecretPulledImages.RegistryHostsDir != "" {
+		out = append(out, Deprecation{deprecatedHostsDir.String(), registryHostsDir.String()})
+	}
+	if c.EnsureSecretPulledImages.VouchedMirrors != nil {
+		out = append(out, Deprecation{deprecatedVouchedMirrors.String(), registryVouchedMirrors.String()})
+	}
+	return out
+}
+
+// DropDeprecated clears the deprecated fields of a valid configuration,
+// whose values SetDefaults gave their successors: what is left says the
+// same in the current fields.
+func (c *ProxyConfiguration) DropDeprecated() {
+	c.EnsureSecretPulledImages.RegistryHostsDir = ""
+	c.EnsureSecretPulledImages.VouchedMirrors = nil
 }
 
 // validateEndpoint checks a unix:///path endpoint; only the runtime

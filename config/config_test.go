@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestLoad(t *testing.T) {
@@ -30,6 +31,12 @@ func TestLoad(t *testing.T) {
 		want.Kubernetes = &Kubernetes{Kubeconfig: "/etc/cri-image-proxy/kubeconfig", NodeName: "node-a", QPS: 20, Burst: DefaultKubernetesBurst}
 		want.ImagePolicy = &ImagePolicy{Config: "/etc/cri-image-proxy/image-policy.d", BinDir: "/usr/libexec/cri-image-proxy/policy", CacheSize: 512}
 		want.ImagePolicy.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
+		want.RegistryCheck = RegistryCheck{
+			HostsDir: "/etc/containerd/certs.d", MaxProofBytes: resource.MustParse("512Mi"), MaxProofParallel: 2,
+			VouchedMirrors: []VouchedMirror{{Registry: "docker.io", Endpoint: "https://mirror.example"}},
+		}
+		want.RegistryCheck.Timeout.Duration = 20 * time.Second
+		want.RegistryCheck.ProofTimeout.Duration = 30 * time.Minute
 		if diff := cmp.Diff(want, c); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
@@ -106,13 +113,22 @@ func TestValidate(t *testing.T) {
 			c.ImagePolicy.CachePurgeInterval.Duration = -1
 		}, []string{"imagePolicy.cacheSize", "imagePolicy.cachePurgeInterval"}},
 		{"a registry named twice among the vouched mirrors is refused, docker.io and index.docker.io being one", func(c *ProxyConfiguration) {
-			c.EnsureSecretPulledImages.VouchedMirrors = []VouchedMirror{
+			c.RegistryCheck.VouchedMirrors = []VouchedMirror{
 				{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
 			}
-		}, []string{"ensureSecretPulledImages.vouchedMirrors", "named twice"}},
+		}, []string{"registryCheck.vouchedMirrors", "named twice"}},
 		{"a vouched mirror's endpoint with a password is refused without showing it", func(c *ProxyConfiguration) {
-			c.EnsureSecretPulledImages.VouchedMirrors = []VouchedMirror{{Registry: "docker.io", Endpoint: "https://user:hunter22@mirror.example"}}
-		}, []string{"ensureSecretPulledImages.vouchedMirrors[0]", "no user", "xxxxx"}},
+			c.RegistryCheck.VouchedMirrors = []VouchedMirror{{Registry: "docker.io", Endpoint: "https://user:hunter22@mirror.example"}}
+		}, []string{"registryCheck.vouchedMirrors[0]", "no user", "xxxxx"}},
+		{"a relative registry hosts directory names the field", func(c *ProxyConfiguration) {
+			c.RegistryCheck.HostsDir = "/etc/containerd/certs.d:certs.d"
+		}, []string{"registryCheck.hostsDir", "absolute"}},
+		{"negative registry check bounds name their fields", func(c *ProxyConfiguration) {
+			c.RegistryCheck.Timeout.Duration = -1
+			c.RegistryCheck.ProofTimeout.Duration = -1
+			c.RegistryCheck.MaxProofBytes = resource.MustParse("-1Gi")
+			c.RegistryCheck.MaxProofParallel = -1
+		}, []string{"registryCheck.timeout", "registryCheck.proofTimeout", "registryCheck.maxProofBytes", "registryCheck.maxProofParallel"}},
 		{"a relative kubeconfig names the field", func(c *ProxyConfiguration) {
 			c.Kubernetes = &Kubernetes{Kubeconfig: "kubeconfig", NodeName: "n", QPS: 1, Burst: 1}
 		}, []string{"kubernetes.kubeconfig: Invalid value"}},
@@ -156,5 +172,73 @@ func TestDeployedExampleLoads(t *testing.T) {
 	}
 	if diff := cmp.Diff(Default(), c); diff != "" {
 		t.Errorf("the example no longer shows the defaults (-defaults +example):\n%s", diff)
+	}
+}
+
+// TestTheRegistryChecksDeprecatedFields: ensureSecretPulledImages'
+// registryHostsDir and vouchedMirrors, where the registry check's settings
+// were, are still read (a node's file does not break), named as deprecated,
+// and refused when the registry check's own section says otherwise.
+func TestTheRegistryChecksDeprecatedFields(t *testing.T) {
+	t.Parallel()
+	head := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ProxyConfiguration\n"
+	oldPlace := "ensureSecretPulledImages:\n  registryHostsDir: /etc/old/certs.d\n  vouchedMirrors: [{registry: docker.io, endpoint: \"https://mirror.example\"}]\n"
+	mirror := []VouchedMirror{{Registry: "docker.io", Endpoint: "https://mirror.example"}}
+	for _, tc := range []struct {
+		name        string
+		yaml        string
+		wantErr     []string // each must appear in the error; none: valid
+		wantHosts   string
+		wantMirrors []VouchedMirror
+		deprecated  int
+	}{
+		{"the old place alone is the registry check's, with a warning for each field", head + oldPlace, nil, "/etc/old/certs.d", mirror, 2},
+		{"the old place and the new agreeing are valid, with the warnings", head + oldPlace +
+			"registryCheck:\n  hostsDir: /etc/old/certs.d\n  vouchedMirrors: [{registry: docker.io, endpoint: \"https://mirror.example\"}]\n",
+			nil, "/etc/old/certs.d", mirror, 2},
+		{"the new place alone has no warning", head + "registryCheck:\n  hostsDir: /etc/new/certs.d\n", nil, "/etc/new/certs.d", nil, 0},
+		{"the two places disagreeing is an error naming both fields", head + oldPlace +
+			"registryCheck:\n  hostsDir: /etc/new/certs.d\n  vouchedMirrors: []\n",
+			[]string{"ensureSecretPulledImages.registryHostsDir", "registryCheck.hostsDir", "ensureSecretPulledImages.vouchedMirrors", "registryCheck.vouchedMirrors"}, "", nil, 2},
+		{"a bad value at the old place is named there", head + "ensureSecretPulledImages:\n  registryHostsDir: certs.d\n",
+			[]string{"ensureSecretPulledImages.registryHostsDir: Invalid value: \"certs.d\": must be absolute"}, "", nil, 1},
+		{"a bad mirror at the old place is named there, its password hidden", head + "ensureSecretPulledImages:\n  vouchedMirrors: [{registry: docker.io, endpoint: \"https://u:hunter22@m.example\"}]\n",
+			[]string{"ensureSecretPulledImages.vouchedMirrors[0]"}, "", nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Decode([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(c.Deprecations()); got != tc.deprecated {
+				t.Errorf("%d deprecations %v, want %d", got, c.Deprecations(), tc.deprecated)
+			}
+			err = c.Validate()
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("valid, want an error containing %q", tc.wantErr)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				if strings.Contains(err.Error(), "hunter22") {
+					t.Errorf("error %q shows a password", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.RegistryCheck.HostsDir != tc.wantHosts || !cmp.Equal(c.RegistryCheck.VouchedMirrors, tc.wantMirrors) {
+				t.Errorf("registry check %+v, want hosts %s and mirrors %v", c.RegistryCheck, tc.wantHosts, tc.wantMirrors)
+			}
+			// What the old place said, the new one says alone.
+			c.DropDeprecated()
+			if len(c.Deprecations()) != 0 || c.Validate() != nil || c.RegistryCheck.HostsDir != tc.wantHosts {
+				t.Errorf("after DropDeprecated: %v, %v, %+v", c.Deprecations(), c.Validate(), c.RegistryCheck)
+			}
+		})
 	}
 }

@@ -103,6 +103,9 @@ type GuardOptions struct {
 	// registry resolved (Verify), and each image a container would see
 	// (Admit), after ensure's own decision (#23). nil: no image policy.
 	ImagePolicy ImagePolicy
+	// Expiry bounds the re-use of verified credentials from the start
+	// (SetExpiry changes it later); nil: records never expire.
+	Expiry *Expiry
 }
 
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
@@ -156,10 +159,9 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		return nil, err
 	}
 	g.setLeftover(leftover)
-	g.imagePolicy = newPolicyGate(opts.ImagePolicy, &g.names, opts.Logger)
-	if cp, ok := opts.Pods.(cachedPods); ok && g.imagePolicy != nil {
-		g.imagePolicy.pods = cp
-	}
+	g.SetExpiry(opts.Expiry)
+	cached, _ := opts.Pods.(cachedPods)
+	g.imagePolicy = newPolicyGate(opts.ImagePolicy, cached, &g.names, opts.Logger)
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}

@@ -64,14 +64,14 @@ var nodePlatform = func() *imagepolicy.Platform {
 	return &imagepolicy.Platform{OS: p.OS, Architecture: p.Architecture, Variant: p.Variant}
 }()
 
-func newPolicyGate(policy ImagePolicy, names *imageref.Names, log *slog.Logger) *policyGate {
+func newPolicyGate(policy ImagePolicy, pods cachedPods, names *imageref.Names, log *slog.Logger) *policyGate {
 	if policy == nil {
 		return nil
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &policyGate{policy: policy, log: log, names: names}
+	return &policyGate{policy: policy, log: log, names: names, pods: pods}
 }
 
 // policyPod is the pod as the plugins see it. The service account is not

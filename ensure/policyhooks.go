@@ -42,7 +42,7 @@ func NewPolicyHooks(policy ImagePolicy, reg registryResolver, rt Runtime, log *s
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &PolicyHooks{registry: reg, runtime: rt, log: log}
-	h.gate = newPolicyGate(policy, &h.names, log)
+	h.gate = newPolicyGate(policy, nil, &h.names, log)
 	return h
 }
 

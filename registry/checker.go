@@ -15,6 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// The bounds a Checker takes when Options leave them zero.
+const (
+	DefaultTimeout          = 10 * time.Second
+	DefaultProofTimeout     = 10 * time.Minute
+	DefaultMaxProofBytes    = 8 << 30
+	DefaultMaxProofParallel = 3
+)
+
 // Options configure a Checker. The zero value is usable.
 type Options struct {
 	// HostsDir is containerd's config_path: the certs.d directories, ':'
@@ -22,7 +30,9 @@ type Options struct {
 	HostsDir string
 	// Vouched names mirrors the operator vouches for; see VouchedMirror.
 	Vouched []VouchedMirror
-	// Timeout bounds a whole check; 0 is 10s.
+	// Timeout bounds each question a check asks a registry (the
+	// reference's resolution, a round of blob requests); 0 is
+	// DefaultTimeout.
 	Timeout time.Duration
 	// MaxParallel bounds the HEAD requests one check has in flight; 0 is 8.
 	MaxParallel int
@@ -30,13 +40,15 @@ type Options struct {
 	// digest); 0 is 8 MiB, negative keeps none.
 	ManifestCacheBytes int64
 	// ProofTimeout bounds the proof of a pull's layers by their bytes
-	// (Request.ProveLayers); 0 is 10m.
+	// (Request.ProveLayers); 0 is DefaultProofTimeout.
 	ProofTimeout time.Duration
 	// MaxProofBytes bounds each layer a proof fetches, compressed; 0 is
-	// 8 GiB. A layer over it cannot be proven: the pull is refused.
+	// DefaultMaxProofBytes (8 GiB). A layer over it cannot be proven: the
+	// pull is refused.
 	MaxProofBytes int64
-	// MaxProofParallel bounds the layers one proof fetches at once; 0 is 3,
-	// containerd's default for a pull's layer downloads.
+	// MaxProofParallel bounds the layers one proof fetches at once; 0 is
+	// DefaultMaxProofParallel, containerd's default for a pull's layer
+	// downloads.
 	MaxProofParallel int
 	// Registerer takes the metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -70,19 +82,19 @@ func New(opts Options) (*Checker, error) {
 	c := &Checker{timeout: opts.Timeout, maxParallel: opts.MaxParallel, log: opts.Logger,
 		proofTimeout: opts.ProofTimeout, maxProofBytes: opts.MaxProofBytes, maxProofParallel: opts.MaxProofParallel}
 	if c.timeout <= 0 {
-		c.timeout = 10 * time.Second
+		c.timeout = DefaultTimeout
 	}
 	if c.maxParallel <= 0 {
 		c.maxParallel = 8
 	}
 	if c.proofTimeout <= 0 {
-		c.proofTimeout = 10 * time.Minute
+		c.proofTimeout = DefaultProofTimeout
 	}
 	if c.maxProofBytes <= 0 {
-		c.maxProofBytes = 8 << 30
+		c.maxProofBytes = DefaultMaxProofBytes
 	}
 	if c.maxProofParallel <= 0 {
-		c.maxProofParallel = 3
+		c.maxProofParallel = DefaultMaxProofParallel
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

@@ -52,7 +52,8 @@ func newConfigValidateCmd() *cobra.Command {
 	return configCmd("validate", "Check the whole configuration: the file, the flags, the plugins, the kubeconfig and the records database",
 		`Check everything serve would load, reporting every problem: the configuration (file and
 flags), the credential provider config and its plugin executables, the kubeconfig, the
-ensure policy, and the records database.
+ensure policy, and the records database. A deprecated field (still read) is a warning that
+names the field to use instead.
 
 A records database that cannot be opened is a warning: serve starts anyway (the runtime
 must stay up) and refuses every image that needs verification until it is fixed. With
@@ -86,6 +87,10 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 		}
 	}
 	report("configuration", nil, false) // loadServeConfig validated it
+	for _, d := range cfg.Deprecations() {
+		// A warning whatever --strict says: serve reads the field.
+		fmt.Fprintf(out, "warn  %s\n", d)
+	}
 	if cp := cfg.CredentialProviders; cp != nil {
 		pc, err := credplugins.LoadConfig(cp.Config, cp.BinDir)
 		what := "credential providers " + cp.Config
@@ -154,9 +159,14 @@ func checkDatabase(path string) (string, error) {
 func newConfigDumpCmd() *cobra.Command {
 	return configCmd("dump", "Print the effective configuration (the file with the flags applied, defaults filled) as YAML",
 		`Print the configuration serve would run with, defaults filled and flags applied, as a
-`+config.APIVersion+` `+config.Kind+` that serve --config accepts.`,
+`+config.APIVersion+` `+config.Kind+` that serve --config accepts. A deprecated field is
+printed where its successor is (a warning on standard error says so).`,
 		nil,
 		func(cmd *cobra.Command, cfg *config.ProxyConfiguration) error {
+			for _, d := range cfg.Deprecations() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "config dump: %s is deprecated: printed as %s\n", d.Field, d.Use)
+			}
+			cfg.DropDeprecated()
 			data, err := yaml.Marshal(cfg)
 			if err != nil {
 				return err

@@ -106,3 +106,48 @@ func TestConfigDumpIsWhatServeRunsAndLoadsBack(t *testing.T) {
 		t.Errorf("the dump lost the file's socket or the flag's log level:\n%s", out)
 	}
 }
+
+// TestConfigCommandsOnTheDeprecatedRegistryFields: validate warns of a
+// deprecated field, naming its successor, and refuses the two set apart;
+// dump prints the file with the current fields only.
+func TestConfigCommandsOnTheDeprecatedRegistryFields(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	head := "apiVersion: " + config.APIVersion + "\nkind: " + config.Kind + "\n"
+	old := filepath.Join(dir, "old.yaml")
+	if err := os.WriteFile(old, []byte(head+"ensureSecretPulledImages:\n  registryHostsDir: /etc/node/certs.d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Join(dir, "both.yaml")
+	if err := os.WriteFile(both, []byte(head+"ensureSecretPulledImages:\n  registryHostsDir: /etc/node/certs.d\nregistryCheck:\n  hostsDir: /etc/other/certs.d\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runCLI(t, "config", "validate", "--config", old)
+	if err != nil || !strings.Contains(out, "warn  ensureSecretPulledImages.registryHostsDir is deprecated: use registryCheck.hostsDir") || !strings.Contains(out, "valid") {
+		t.Errorf("config validate of the deprecated field: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, "config", "validate", "--config", both)
+	if err == nil || !strings.Contains(err.Error(), "ensureSecretPulledImages.registryHostsDir") || !strings.Contains(err.Error(), "registryCheck.hostsDir") {
+		t.Errorf("config validate of the two set apart: %v, want an error naming both\n%s", err, out)
+	}
+
+	var stdout, stderr bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"config", "dump", "--config", old})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	dumped, err := config.Decode(stdout.Bytes())
+	if err != nil {
+		t.Fatalf("the dump does not load back: %v\n%s", err, stdout.String())
+	}
+	if dumped.RegistryCheck.HostsDir != "/etc/node/certs.d" || len(dumped.Deprecations()) != 0 || strings.Contains(stdout.String(), "registryHostsDir") {
+		t.Errorf("the dump kept the deprecated field or lost its value:\n%s", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "ensureSecretPulledImages.registryHostsDir is deprecated: printed as registryCheck.hostsDir") {
+		t.Errorf("config dump did not say it moved the field: %q", stderr.String())
+	}
+}

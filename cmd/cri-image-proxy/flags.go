@@ -84,8 +84,8 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) []boundSe
 	fs.StringVar(&e.ImagePullCredentialsVerificationPolicy, "image-pull-credentials-verification-policy", e.ImagePullCredentialsVerificationPolicy, "the kubelet's policy, one of:\n"+ensure.PolicyHelp())
 	fs.StringVar(&e.DatabasePath, "ensure-database", e.DatabasePath, "the records database (bbolt)")
 	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root, and --admin-group)")
-	fs.StringVar(&e.RegistryHostsDir, "registry-hosts-dir", e.RegistryHostsDir, "where the node's containerd reads its registries' hosts.toml (its config_path): the registry check asks each image's own registry as it finds it there, never a mirror")
 	fs.StringVar(&e.AdminGroup, "admin-group", e.AdminGroup, "group that may use the records admin socket besides root, a name or a GID (checked on each caller's credentials)")
+	fs.Var(superseding{&cfg.RegistryCheck.HostsDir, &e.RegistryHostsDir}, "registry-hosts-dir", "where the node's containerd reads its registries' hosts.toml (its config_path): the registry check asks each image's own registry as it finds it there, never a mirror")
 	var bound []boundSection
 	for _, s := range optionalSections {
 		bound = append(bound, s.bind(fs, cfg))
@@ -164,3 +164,17 @@ type boundSection struct {
 	flags  []string // its flags' names
 	drop   func(*config.ProxyConfiguration)
 }
+
+// superseding is a string flag bound to a field that superseded a
+// deprecated one: setting it sets the field and clears the deprecated one,
+// which the file may have set, as a flag overrides the file wherever the
+// file put the setting.
+type superseding struct{ field, deprecated *string }
+
+func (s superseding) Set(v string) error {
+	*s.field, *s.deprecated = v, ""
+	return nil
+}
+
+func (s superseding) String() string { return *s.field }
+func (s superseding) Type() string   { return "string" }

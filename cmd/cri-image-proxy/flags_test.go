@@ -87,6 +87,31 @@ ensureSecretPulledImages: {enabled: true, imagePullCredentialsVerificationPolicy
 			}
 		})
 	}
+	t.Run("the registry hosts flag overrides the file's, at its deprecated place too", func(t *testing.T) {
+		old := filepath.Join(t.TempDir(), "old.yaml")
+		os.WriteFile(old, []byte("apiVersion: "+config.APIVersion+"\nkind: "+config.Kind+"\nensureSecretPulledImages: {registryHostsDir: /etc/from-file/certs.d}\n"), 0o600)
+		for _, tc := range []struct {
+			args       []string
+			want       string
+			deprecated int
+		}{
+			{[]string{"--config", old}, "/etc/from-file/certs.d", 1},
+			{[]string{"--config", old, "--registry-hosts-dir", "/etc/flag/certs.d"}, "/etc/flag/certs.d", 0},
+			{[]string{"--registry-hosts-dir", "/etc/flag/certs.d"}, "/etc/flag/certs.d", 0},
+		} {
+			cmd := newServeCmd()
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := loadServeConfig(cmd.Flags(), cmd.Flags().Lookup("config").Value.String())
+			if err != nil {
+				t.Fatalf("%v: %v", tc.args, err)
+			}
+			if cfg.RegistryCheck.HostsDir != tc.want || len(cfg.Deprecations()) != tc.deprecated {
+				t.Errorf("%v: hosts dir %q and deprecations %v, want %q and %d", tc.args, cfg.RegistryCheck.HostsDir, cfg.Deprecations(), tc.want, tc.deprecated)
+			}
+		}
+	})
 	t.Run("an invalid value is refused naming the flag", func(t *testing.T) {
 		cmd := newServeCmd()
 		cmd.ParseFlags([]string{"--image-pull-credentials-verification-policy", "Sometimes"})

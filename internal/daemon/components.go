@@ -17,6 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // newSecureMonitoring is the TLS /metrics endpoint, its callers reviewed
@@ -68,6 +69,28 @@ func newImagePolicy(ip *config.ImagePolicy, log *slog.Logger, reg prometheus.Reg
 		return nil, err
 	}
 	return imagepolicy.New(pc, imagepolicy.Options{CacheSize: ip.CacheSize, Logger: log, Registerer: reg})
+}
+
+// newRegistryCheck is the registry check ensure and the image policy ask
+// registries through: one, whichever of them is on, its metrics
+// registered once.
+func newRegistryCheck(rc config.RegistryCheck, log *slog.Logger, reg prometheus.Registerer) (*registry.Checker, error) {
+	checker, err := registry.New(registry.Options{
+		HostsDir:         rc.HostsDir,
+		Vouched:          rc.Vouched(),
+		Timeout:          rc.Timeout.Duration,
+		ProofTimeout:     rc.ProofTimeout.Duration,
+		MaxProofBytes:    rc.MaxProofBytes.Value(),
+		MaxProofParallel: rc.MaxProofParallel,
+		Registerer:       reg,
+		Logger:           log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registryCheck: %w", err)
+	}
+	log.Info("registry check on", "hostsDir", rc.HostsDir, "vouchedMirrors", len(rc.VouchedMirrors), "timeout", rc.Timeout.Duration,
+		"proofTimeout", rc.ProofTimeout.Duration, "maxProofBytes", rc.MaxProofBytes.String(), "maxProofParallel", rc.MaxProofParallel)
+	return checker, nil
 }
 
 // logImagePolicy says, at the start and at each reload, what the operator

@@ -22,6 +22,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // Options are what the command line gives the daemon besides its
@@ -47,6 +48,7 @@ func Run(ctx context.Context, cfg *config.ProxyConfiguration, opts Options) erro
 	defer cancel()
 	d := &daemon{cfg: cfg, opts: opts, log: newLogger(cfg.Logging, os.Stderr), reg: prometheus.NewRegistry()}
 	defer d.closeAll()
+	logDeprecations(d.log, cfg.Deprecations())
 	if err := d.assemble(ctx); err != nil {
 		return err
 	}
@@ -71,6 +73,9 @@ type daemon struct {
 	apiConfig *rest.Config          // nil: no kubernetes section
 	injector  *credplugins.Injector // nil: no credentialProviders section
 	policy    *imagepolicy.Engine   // nil: no imagePolicy section
+	// registry is the registry check of ensure and the image policy; nil
+	// when neither is on.
+	registry *registry.Checker
 
 	// components run under one errgroup, and are stopped in the order
 	// they were added.
@@ -172,19 +177,23 @@ func (d *daemon) assemble(ctx context.Context) error {
 		log.Info("image policy on", "providers", len(pc.Providers), "config", ip.Config, "hash", pc.Hash, "defaultNamespace", pc.DefaultNamespace)
 		logImagePolicy(log, pc)
 	}
+	e := cfg.EnsureSecretPulledImages
+	if e.Enabled || d.policy != nil {
+		if d.registry, err = newRegistryCheck(cfg.RegistryCheck, log, d.reg); err != nil {
+			return err
+		}
+	}
 	enf := &enforcement{}
-	switch e := cfg.EnsureSecretPulledImages; {
+	switch {
 	case e.Enabled:
 		if enf, err = d.enforce(ctx, e); err != nil {
 			return err
 		}
 	case d.policy != nil:
-		if enf, err = d.policyOnly(e); err != nil {
-			return err
-		}
+		enf = d.policyOnly()
 	}
 	reloader, err := newReloader(d.opts.Reload, cfg,
-		reloadTargets{injector: d.injector, guard: enf.guard, registry: enf.registry, policy: d.policy}, log, d.reg)
+		reloadTargets{injector: d.injector, guard: enf.guard, registry: d.registry, policy: d.policy}, log, d.reg)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -163,6 +164,43 @@ func TestRunThatCannotStartReleasesWhatItOpened(t *testing.T) {
 			}
 			os.Remove(cfg.Socket.Path) // the regular file the second case put there
 			assertReleased(t, cfg)
+		})
+	}
+}
+
+// TestOneRegistryCheckForEnsureAndImagePolicy: the daemon builds the
+// registry check when ensure or the image policy is on, once (its metrics
+// are registered once: a second checker on the same registry would fail
+// to start), and none when neither is.
+func TestOneRegistryCheckForEnsureAndImagePolicy(t *testing.T) {
+	bin, file, write := imagePolicyFiles(t)
+	write("secure")
+	for _, tc := range []struct {
+		name           string
+		ensure, policy bool
+	}{
+		{"ensure alone", true, false},
+		{"the image policy alone", false, true},
+		{"both", true, true},
+		{"neither", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.EnsureSecretPulledImages.Enabled = tc.ensure
+			if tc.policy {
+				cfg.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+				cfg.SetDefaults()
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			d := &daemon{cfg: cfg, opts: testOptions(cfg), log: slog.New(slog.DiscardHandler), reg: prometheus.NewRegistry()}
+			defer d.closeAll()
+			if err := d.assemble(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if (d.registry != nil) != (tc.ensure || tc.policy) {
+				t.Errorf("registry check %v, want one: %v", d.registry, tc.ensure || tc.policy)
+			}
 		})
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
-	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // enforcement is KEP-2535 enforcement as the daemon runs it, with the
@@ -30,9 +29,7 @@ type enforcement struct {
 	// interceptors are the guard's outer hooks, inner its innermost (the
 	// registry check of each try of a pull), after credential injection.
 	interceptors, inner []criproxy.Interceptor
-	// registry is the registry check, its vouched-for mirrors reloadable.
-	registry    *registry.Checker
-	readyChecks []monitoring.ReadyFunc
+	readyChecks         []monitoring.ReadyFunc
 	// admin serves the records admin API; nil when the database cannot be
 	// opened: there is nothing to administer, and the records commands
 	// open the file themselves and report its error.
@@ -48,6 +45,7 @@ const settleRetryInterval = 5 * time.Second
 // collection, and its probing of a database whose writes fail, run in the
 // background. When the database cannot be opened,
 // the guard fails closed over ensure.UnavailableStore, with no admin API.
+// The guard asks registries through d.registry.
 func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages) (*enforcement, error) {
 	policy, err := ensurePolicy(e)
 	if err != nil {
@@ -57,10 +55,6 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	if err != nil {
 		return nil, err
 	}
-	checker, err := registry.New(registry.Options{HostsDir: e.RegistryHostsDir, Vouched: e.Vouched(), Registerer: d.reg, Logger: d.log})
-	if err != nil {
-		return nil, fmt.Errorf("ensureSecretPulledImages: the registry check: %w", err)
-	}
 	store, err := records.Open(e.DatabasePath, records.Options{})
 	if err != nil {
 		// The proxy is the kubelet's runtime endpoint: refusing to start
@@ -68,15 +62,15 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		d.log.Error("the records database cannot be opened; refusing every image that needs verification",
 			"database", e.DatabasePath, "err", err,
 			"remedy", "Restore the file from a backup, or move it aside and remove the images pulled with credentials (a new database takes present images for preloaded ones under NeverVerifyPreloadedImages), then restart the proxy; see docs/operations.md")
-		guard, err := d.newGuard(ensure.UnavailableStore(err), policy, e, checker)
+		guard, err := d.newGuard(ensure.UnavailableStore(err), policy, e)
 		if err != nil {
 			return nil, err
 		}
 		d.log.Info("ensure secret-pulled images on", ensureAttrs(e, false)...)
-		return newEnforcement(guard, checker, nil), nil
+		return newEnforcement(guard, nil), nil
 	}
 	d.onExit(store.Close)
-	guard, err := d.newGuard(store, policy, e, checker)
+	guard, err := d.newGuard(store, policy, e)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +90,7 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	d.log.Info("ensure secret-pulled images on", append(ensureAttrs(e, true), "adminCallers", callers.String())...)
-	return newEnforcement(guard, checker, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard, Policy: guard}, callers, d.log))), nil
+	return newEnforcement(guard, adminAPI(l, admin.NewServer(&admin.Local{Store: store, Core: guard, Daemon: guard, Policy: guard}, callers, d.log))), nil
 }
 
 // settleIntents settles the pull intents a crash left, now, or when that
@@ -152,11 +146,18 @@ func adminAPI(l net.Listener, srv *http.Server) *component {
 	}
 }
 
-// newGuard builds the guard over store, with the node's pods when there is
-// an API, and the token plugins to re-check service-account re-uses
-// against (without them such a re-use is never made).
-func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages, checker *registry.Checker) (*ensure.Guard, error) {
-	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: checker}
+// newGuard builds the guard over store with all it needs from the start:
+// the registry check, the record expiry, the image policy if any, the
+// node's pods when there is an API, and the token plugins to re-check
+// service-account re-uses against (without them such a re-use is never
+// made).
+func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages) (*ensure.Guard, error) {
+	if d.registry == nil {
+		// A guard without the registry's word would take the runtime's
+		// success for it.
+		return nil, errors.New("ensureSecretPulledImages: no registry check was built")
+	}
+	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: d.registry, Expiry: e.Expiry()}
 	if d.policy != nil {
 		opts.ImagePolicy = d.policy
 	}
@@ -167,26 +168,16 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 		opts.Accounts = d.injector
 	}
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
-	guard, err := ensure.NewGuard(store, policy, rt, opts)
-	if err != nil {
-		return nil, err
-	}
-	guard.SetExpiry(e.Expiry())
-	return guard, nil
+	return ensure.NewGuard(store, policy, rt, opts)
 }
 
 // policyOnly is the image policy on a proxy that does not enforce ensure:
-// its own hooks, with a registry check of their own (the same hosts.toml
-// and vouched-for mirrors as ensure's would use), so that pulls are still
-// decided on the digest the registry resolves and pinned to it.
-func (d *daemon) policyOnly(e config.EnsureSecretPulledImages) (*enforcement, error) {
-	checker, err := registry.New(registry.Options{HostsDir: e.RegistryHostsDir, Vouched: e.Vouched(), Registerer: d.reg, Logger: d.log})
-	if err != nil {
-		return nil, fmt.Errorf("imagePolicy: the registry check: %w", err)
-	}
+// its own hooks, with the registry check, so that pulls are still decided
+// on the digest the registry resolves and pinned to it.
+func (d *daemon) policyOnly() *enforcement {
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
-	hooks := ensure.NewPolicyHooks(d.policy, checker, rt, d.log)
-	return &enforcement{interceptors: hooks.Interceptors(), inner: hooks.InnerInterceptors(), registry: checker}, nil
+	hooks := ensure.NewPolicyHooks(d.policy, d.registry, rt, d.log)
+	return &enforcement{interceptors: hooks.Interceptors(), inner: hooks.InnerInterceptors()}
 }
 
 // ensurePolicy is the verification policy e configures.
@@ -197,12 +188,11 @@ func ensurePolicy(e config.EnsureSecretPulledImages) (ensure.Policy, error) {
 // newEnforcement is what the daemon runs of guard: its interceptors, a
 // readiness check that fails while its records are unavailable, and the
 // admin API, if any.
-func newEnforcement(guard *ensure.Guard, checker *registry.Checker, admin *component) *enforcement {
+func newEnforcement(guard *ensure.Guard, admin *component) *enforcement {
 	return &enforcement{
 		guard:        guard,
 		interceptors: guard.Interceptors(),
 		inner:        guard.InnerInterceptors(),
-		registry:     checker,
 		readyChecks:  []monitoring.ReadyFunc{guard.Ready},
 		admin:        admin,
 	}
@@ -211,6 +201,5 @@ func newEnforcement(guard *ensure.Guard, checker *registry.Checker, admin *compo
 func ensureAttrs(e config.EnsureSecretPulledImages, recordsAvailable bool) []any {
 	return []any{"policy", e.ImagePullCredentialsVerificationPolicy, "maxRecordAge", e.MaxRecordAge.Duration,
 		"maxRecordAgeByRepository", len(e.MaxRecordAgeByRepository), "database", e.DatabasePath,
-		"adminSocket", e.AdminSocket, "recordsAvailable", recordsAvailable,
-		"registryHostsDir", e.RegistryHostsDir, "vouchedMirrors", len(e.VouchedMirrors)}
+		"adminSocket", e.AdminSocket, "recordsAvailable", recordsAvailable}
 }

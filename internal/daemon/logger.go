@@ -3,6 +3,7 @@ package daemon
 import (
 	"io"
 	"log/slog"
+	"slices"
 
 	"k8s.io/klog/v2"
 
@@ -23,4 +24,23 @@ func newLogger(l config.Logging, w io.Writer) *slog.Logger {
 	}
 	klog.SetSlogLogger(log)
 	return log
+}
+
+// logDeprecations warns of each deprecated field the configuration sets.
+func logDeprecations(log *slog.Logger, deprecations []config.Deprecation) {
+	for _, d := range deprecations {
+		log.Warn("a deprecated configuration field is set; it is still read", "field", d.Field, "use", d.Use)
+	}
+}
+
+// newDeprecations are the deprecated fields next sets that old did not:
+// those a reload warns of (old's were warned of when it was applied).
+func newDeprecations(old, next *config.ProxyConfiguration) []config.Deprecation {
+	var out []config.Deprecation
+	for _, d := range next.Deprecations() {
+		if !slices.Contains(old.Deprecations(), d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }

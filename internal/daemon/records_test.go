@@ -10,13 +10,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // TestTheDaemonFailsClosedOnAnEmptyOrTruncatedDatabase opens the records
@@ -66,7 +69,12 @@ func TestTheDaemonFailsClosedOnAnEmptyOrTruncatedDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			d := &daemon{log: slog.New(slog.NewTextHandler(&logs, nil)), reg: prometheus.NewRegistry(), backend: backend}
+			reg := prometheus.NewRegistry()
+			checker, err := registry.New(registry.Options{HostsDir: t.TempDir(), Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := &daemon{log: slog.New(slog.NewTextHandler(&logs, nil)), reg: reg, backend: backend, registry: checker}
 			defer d.closeAll()
 			enf, err := d.enforce(context.Background(), e)
 			if err != nil {
@@ -85,5 +93,39 @@ func TestTheDaemonFailsClosedOnAnEmptyOrTruncatedDatabase(t *testing.T) {
 				t.Errorf("the file was changed: %d bytes, was %d", len(after), len(tc.content))
 			}
 		})
+	}
+}
+
+// TestTheGuardIsBuiltWithWhatItNeeds: the guard gets the record expiry
+// from its constructor, in force from the first decision, and is not
+// built without the registry check (it would take the runtime's success
+// for the registry's word).
+func TestTheGuardIsBuiltWithWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	backend, err := criproxy.Dial("unix://"+filepath.Join(t.TempDir(), "no-runtime.sock"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	e := config.Default().EnsureSecretPulledImages
+	e.Enabled = true
+	e.MaxRecordAge.Duration = time.Hour
+	policy, err := ensurePolicy(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{log: slog.New(slog.DiscardHandler), reg: prometheus.NewRegistry(), backend: backend}
+	if _, err := d.newGuard(ensuretest.NewMemoryStore(), policy, e); err == nil {
+		t.Fatal("a guard was built without the registry check")
+	}
+	if d.registry, err = registry.New(registry.Options{HostsDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	guard, err := d.newGuard(ensuretest.NewMemoryStore(), policy, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := guard.Expiry(); x == nil || x.Default != time.Hour {
+		t.Errorf("the guard starts with the record expiry %+v, want a default of 1h", x)
 	}
 }

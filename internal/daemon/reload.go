@@ -173,8 +173,8 @@ func (r *reloader) reload() error {
 		return errors.New("imagePolicy: the section is gone: only a restart turns the image policy off")
 	}
 	if r.registry != nil {
-		if err := registry.ValidateVouched(cfg.EnsureSecretPulledImages.Vouched()); err != nil {
-			return fmt.Errorf("ensureSecretPulledImages.vouchedMirrors: %w", err)
+		if err := registry.ValidateVouched(cfg.RegistryCheck.Vouched()); err != nil {
+			return fmt.Errorf("registryCheck.vouchedMirrors: %w", err)
 		}
 	}
 	// Only the injector's swap can fail from here (a provider it cannot
@@ -195,16 +195,17 @@ func (r *reloader) reload() error {
 	}
 	if r.registry != nil {
 		// Validated above, before anything was swapped.
-		if err := r.registry.Reload(cfg.EnsureSecretPulledImages.Vouched()); err != nil {
+		if err := r.registry.Reload(cfg.RegistryCheck.Vouched()); err != nil {
 			return err
 		}
-		attrs = append(attrs, "vouchedMirrors", len(cfg.EnsureSecretPulledImages.VouchedMirrors))
+		attrs = append(attrs, "vouchedMirrors", len(cfg.RegistryCheck.VouchedMirrors))
 	}
 	if r.guard != nil {
 		r.guard.SetPolicy(policy)
 		r.guard.SetExpiry(cfg.EnsureSecretPulledImages.Expiry())
 		attrs = append(attrs, "policy", policy.Name(), "maxRecordAge", cfg.EnsureSecretPulledImages.MaxRecordAge.Duration)
 	}
+	logDeprecations(r.log, newDeprecations(r.current, cfg))
 	r.applied(cfg)
 	r.log.Info("configuration reloaded", append(attrs, "hash", r.hash(cfg))...)
 	if imagePolicy != nil {
@@ -215,8 +216,11 @@ func (r *reloader) reload() error {
 
 // restartOnly names what differs between the configurations outside what
 // a reload applies: the credential provider and image policy
-// configurations and plugins' directories, and the ensure policy, its
-// allowlist and the record expiry.
+// configurations and plugins' directories, the ensure policy, its
+// allowlist and the record expiry, and the registry check's vouched-for
+// mirrors. The registry check's hosts directory and bounds need a
+// restart: checks in flight hold them. The deprecated fields are left
+// out: the registry check's section holds their values.
 func restartOnly(old, next *config.ProxyConfiguration) []string {
 	strip := func(c *config.ProxyConfiguration) map[string]any {
 		var m map[string]any
@@ -233,7 +237,11 @@ func restartOnly(old, next *config.ProxyConfiguration) []string {
 			delete(e, "preloadedImagesVerificationAllowlist")
 			delete(e, "maxRecordAge")
 			delete(e, "maxRecordAgeByRepository")
+			delete(e, "registryHostsDir")
 			delete(e, "vouchedMirrors")
+		}
+		if rc, ok := m["registryCheck"].(map[string]any); ok {
+			delete(rc, "vouchedMirrors")
 		}
 		return m
 	}

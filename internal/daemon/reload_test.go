@@ -49,6 +49,11 @@ func TestRestartOnly(t *testing.T) {
 		{"the plugins' cache size needs a restart", func(c *config.ProxyConfiguration) { c.CredentialProviders.CacheSize = 7 }, "credentialProviders"},
 		{"turning injection off needs a restart", func(c *config.ProxyConfiguration) { c.CredentialProviders = nil }, "credentialProviders"},
 		{"turning ensure off needs a restart", func(c *config.ProxyConfiguration) { c.EnsureSecretPulledImages.Enabled = false }, "ensureSecretPulledImages"},
+		{"the vouched mirrors are applied by a reload", func(c *config.ProxyConfiguration) {
+			c.RegistryCheck.VouchedMirrors = []config.VouchedMirror{{Registry: "docker.io", Endpoint: "https://mirror.example"}}
+		}, ""},
+		{"the registry hosts directory needs a restart", func(c *config.ProxyConfiguration) { c.RegistryCheck.HostsDir = "/etc/other/certs.d" }, "registryCheck"},
+		{"the registry check's bounds need a restart", func(c *config.ProxyConfiguration) { c.RegistryCheck.ProofTimeout.Duration = time.Hour }, "registryCheck"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			next := base()
@@ -57,6 +62,37 @@ func TestRestartOnly(t *testing.T) {
 				t.Errorf("restartOnly = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMovingTheRegistrySettingsOutOfTheDeprecatedPlaceIsAReload: a file
+// that moves its registry hosts directory and mirrors from
+// ensureSecretPulledImages to registryCheck, unchanged, changes nothing a
+// restart would be needed for.
+func TestMovingTheRegistrySettingsOutOfTheDeprecatedPlaceIsAReload(t *testing.T) {
+	t.Parallel()
+	mirrors := []config.VouchedMirror{{Registry: "docker.io", Endpoint: "https://mirror.example"}}
+	old := config.Default()
+	old.RegistryCheck = config.RegistryCheck{}
+	old.EnsureSecretPulledImages.RegistryHostsDir = "/etc/node/certs.d"
+	old.EnsureSecretPulledImages.VouchedMirrors = mirrors
+	old.SetDefaults()
+	next := config.Default()
+	next.RegistryCheck.HostsDir = "/etc/node/certs.d"
+	next.RegistryCheck.VouchedMirrors = mirrors
+	for _, c := range []*config.ProxyConfiguration{old, next} {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fields := restartOnly(old, next); len(fields) > 0 {
+		t.Errorf("restartOnly = %v, want nothing", fields)
+	}
+	if got := newDeprecations(next, old); len(got) != 2 {
+		t.Errorf("going back to the deprecated place warns of %v, want both fields", got)
+	}
+	if got := newDeprecations(old, old); len(got) != 0 {
+		t.Errorf("a reload of the same file warns again of %v", got)
 	}
 }
 
@@ -214,7 +250,7 @@ func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := *cur
-	next.EnsureSecretPulledImages.VouchedMirrors = []config.VouchedMirror{
+	next.RegistryCheck.VouchedMirrors = []config.VouchedMirror{
 		{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
 	}
 	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return &next, nil }, cur, reloadTargets{registry: checker, policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
@@ -222,7 +258,7 @@ func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("payments")
-	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "vouchedMirrors") {
+	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "registryCheck.vouchedMirrors") {
 		t.Fatalf("got %v, want the vouched mirrors refused", err)
 	}
 	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
