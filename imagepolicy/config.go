@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
@@ -236,16 +234,8 @@ func LoadConfig(path, binDir string) (*Config, error) {
 // decodeConfig decodes one file strictly: an unknown, misspelt or
 // duplicate field is an error naming its path.
 func decodeConfig(data []byte) (*configFile, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, err
-	}
 	var fc configFile
-	strictErrs, err := kjson.UnmarshalStrict(js, &fc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
-	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(strictErrs...); err != nil {
+	if err := execplugin.DecodeStrict(data, &fc); err != nil {
 		return nil, err
 	}
 	if fc.APIVersion != ConfigAPIVersion || fc.Kind != ConfigKind {

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/crypto/cryptobyte"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
@@ -123,6 +125,22 @@ func LoadConfig(what, path string, decode func(f *ConfigFile)) (hash string, err
 		return "", err
 	}
 	return fmt.Sprintf("sha256:%x", sha256.Sum256(h.BytesOrPanic())), nil
+}
+
+// DecodeStrict decodes a configuration file, YAML or JSON, into v
+// strictly: an unknown, misspelt or duplicate field is an error naming its
+// path. (Credential providers decode through the kubelet's scheme instead:
+// three versions of its type, converted.)
+func DecodeStrict(data []byte, v any) error {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return err
+	}
+	strictErrs, err := kjson.UnmarshalStrict(js, v, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strictErrs...)
 }
 
 // EnvVar is an environment variable a provider's configuration gives its

@@ -182,3 +182,38 @@ func TestValidateEntry(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeStrict(t *testing.T) {
+	t.Parallel()
+	type entry struct {
+		Name string   `json:"name"`
+		Args []string `json:"args,omitempty"`
+	}
+	type file struct {
+		Providers []entry `json:"providers"`
+	}
+	for _, tc := range []struct {
+		name, data string
+		want       string // in the error; "" decodes
+	}{
+		{"YAML decodes", "providers:\n  - name: a\n    args: [x]\n", ""},
+		{"JSON decodes", `{"providers": [{"name": "a"}]}`, ""},
+		{"a misspelt field is an error naming its path", "providers:\n  - name: a\n    arg: [x]\n", `unknown field "providers[0].arg"`},
+		{"a duplicate field is an error", "providers:\n  - name: a\n    name: b\n", `"name"`},
+		{"a wrong type is an error", "providers: {name: a}\n", "providers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f file
+			err := DecodeStrict([]byte(tc.data), &f)
+			if tc.want == "" {
+				if err != nil || len(f.Providers) != 1 || f.Providers[0].Name != "a" {
+					t.Errorf("got %+v, %v", f, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -8,10 +8,12 @@
 //   - Configuration (LoadConfig): a path is a file, or a directory's
 //     *.json, *.yaml and *.yml files in lexicographic order (ConfigFiles),
 //     as the kubelet reads --image-credential-provider-config. Each file
-//     goes to the kind's strict decoder; every error is reported at once,
-//     prefixed with the kind's configuration, the file and the provider,
-//     and names its field path; a provider name declared twice names both
-//     files. The configuration's hash is its files' contents, in order.
+//     goes to the kind's decoder, which is strict (DecodeStrict: an
+//     unknown, misspelt or duplicate field is an error). Every error is
+//     reported at once, prefixed with the kind's configuration, the file
+//     and the provider, and names its field path; a provider name declared
+//     twice names both files. The configuration's hash is its files'
+//     contents, in order.
 //   - Validation (ValidateEntry): the rules every provider entry follows,
 //     the kubelet's for a credential provider: a name that is an
 //     executable in the bin directory, a supported apiVersion, valid

@@ -189,7 +189,8 @@ type Hooks[Req, Resp any] struct {
 }
 
 // NewPlugin returns the provider name of rt's kind, running r, with an
-// empty cache.
+// empty cache of V (a caller names V; the rest is inferred:
+// NewPlugin[Answer](rt, name, r, hooks)).
 func NewPlugin[V, Req, Resp any](rt *Runtime, name string, r Runner[Req, Resp], hooks Hooks[Req, Resp]) *Plugin[Req, Resp, V] {
 	opts := authcache.Options{Clock: rt.clock, MaxEntries: rt.cacheSize}
 	if ev := rt.metrics.evictions; ev != nil {
