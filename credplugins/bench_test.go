@@ -23,7 +23,7 @@ func BenchmarkPullImageHookCacheHit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	in.plugins()[0].runner = r
+	in.plugins()[0].Runner = r
 	req := pull("registry.test:5000/team-a/app:v1", nil)
 	resp := &runtimeapi.PullImageResponse{ImageRef: "sha256:abc"}
 	next := func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
@@ -90,7 +90,7 @@ type slowRunner struct {
 	runs  atomic.Int32
 }
 
-func (r *slowRunner) run(context.Context, execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
+func (r *slowRunner) Run(context.Context, execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
 	r.runs.Add(1)
 	time.Sleep(r.delay)
 	return &credentialproviderapi.CredentialProviderResponse{CacheKeyType: "Registry", Auth: cred}, nil, nil

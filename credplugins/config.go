@@ -1,17 +1,11 @@
 package credplugins
 
 import (
-	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"golang.org/x/crypto/cryptobyte"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -23,8 +17,7 @@ import (
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/configfiles"
-	"github.com/cri-image-proxy/cri-image-proxy/keyring"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 )
 
 // Config is a loaded, validated CredentialProviderConfig.
@@ -59,7 +52,7 @@ type Provider struct {
 }
 
 // EnvVar is an environment variable for the plugin.
-type EnvVar struct{ Name, Value string }
+type EnvVar = execplugin.EnvVar
 
 // TokenAttributes configure service-account tokens for the plugin (KEP-4412).
 type TokenAttributes struct {
@@ -88,56 +81,30 @@ var configCodecs = func() serializer.CodecFactory {
 // the kubelet's --image-credential-provider-config does, and validates it
 // against binDir. Every error names the file, the provider and the field.
 func LoadConfig(path, binDir string) (*Config, error) {
-	files, err := configFiles(path)
-	if err != nil {
-		return nil, err
-	}
 	cfg := &Config{BinDir: binDir}
-	var errs []error
-	seen := map[string]string{} // provider name -> file
-	hash := cryptobyte.NewBuilder(nil)
-	for _, file := range files {
-		data, err := os.ReadFile(file)
+	hash, err := execplugin.LoadConfig(kind.Config, path, func(f *execplugin.ConfigFile) {
+		providers, err := decodeConfig(f.Data)
 		if err != nil {
-			return nil, fmt.Errorf("credential provider config: %w", err)
-		}
-		hash.AddUint32LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(data) })
-		providers, err := decodeConfig(data)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("credential provider config %s: %w", file, err))
-			continue
+			f.Fail(err)
+			return
 		}
 		if len(providers) == 0 {
-			errs = append(errs, fmt.Errorf("credential provider config %s: providers: Required value: at least 1 provider is required", file))
+			f.Fail(field.Required(field.NewPath("providers"), "at least 1 provider is required"))
 		}
 		for i := range providers {
 			p := &providers[i]
-			p.File = file
-			for _, e := range validateProvider(field.NewPath("providers").Index(i), p, binDir) {
-				errs = append(errs, fmt.Errorf("credential provider config %s: provider %q: %s", file, p.Name, e.Error()))
-			}
-			if other, dup := seen[p.Name]; dup {
-				errs = append(errs, fmt.Errorf("credential provider config %s: provider %q: providers[%d].name: Duplicate value: also declared in %s", file, p.Name, i, other))
-			}
-			seen[p.Name] = file
+			p.File = f.Path
+			path := field.NewPath("providers").Index(i)
+			f.FailProvider(p.Name, validateProvider(path, p, binDir))
+			f.Declare(path.Child("name"), p.Name)
 			cfg.Providers = append(cfg.Providers, *p)
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(hash.BytesOrPanic())
-	cfg.Hash = fmt.Sprintf("sha256:%x", sum)
+	cfg.Hash = hash
 	return cfg, nil
-}
-
-// configFiles lists the files path stands for (package configfiles).
-func configFiles(path string) ([]string, error) {
-	files, err := configfiles.List(path)
-	if err != nil {
-		return nil, fmt.Errorf("credential provider config: %w", err)
-	}
-	return files, nil
 }
 
 // decodeConfig decodes one file of any supported version. Each version is
@@ -171,7 +138,7 @@ func decodeConfig(data []byte) ([]Provider, error) {
 			q.DefaultCacheDuration, q.hasDefaultCacheDuration = p.DefaultCacheDuration.Duration, true
 		}
 		for _, e := range p.Env {
-			q.Env = append(q.Env, EnvVar{e.Name, e.Value})
+			q.Env = append(q.Env, EnvVar{Name: e.Name, Value: e.Value})
 		}
 		if t := p.TokenAttributes; t != nil {
 			q.TokenAttributes = &TokenAttributes{
@@ -188,53 +155,28 @@ func decodeConfig(data []byte) ([]Provider, error) {
 }
 
 // validateProvider applies the kubelet's rules
-// (pkg/credentialprovider/plugin/config.go) plus one it checks later, at
-// registration: the executable exists in binDir.
+// (pkg/credentialprovider/plugin/config.go), those every kind's entry
+// follows (execplugin.ValidateEntry: the name, an executable in binDir,
+// the apiVersion, matchImages, env) and a credential provider's own.
 func validateProvider(p *field.Path, pr *Provider, binDir string) field.ErrorList {
-	var errs field.ErrorList
-	switch {
-	case pr.Name == "":
-		errs = append(errs, field.Required(p.Child("name"), "the plugin's executable name in the bin directory"))
-	case strings.Contains(pr.Name, "/"):
-		errs = append(errs, field.Invalid(p.Child("name"), pr.Name, "provider name cannot contain '/'"))
-	case strings.Contains(pr.Name, " "):
-		errs = append(errs, field.Invalid(p.Child("name"), pr.Name, "provider name cannot contain spaces"))
-	case pr.Name == "." || pr.Name == "..":
-		errs = append(errs, field.Invalid(p.Child("name"), pr.Name, "provider name cannot be '.' or '..'"))
-	default:
-		bin := filepath.Join(binDir, pr.Name)
-		if _, err := exec.LookPath(bin); err != nil {
-			errs = append(errs, field.Invalid(p.Child("name"), pr.Name, fmt.Sprintf("no executable %s in the bin directory (%v)", bin, unwrapExecErr(err))))
-		}
-	}
-	if pr.APIVersion == "" {
-		errs = append(errs, field.Required(p.Child("apiVersion"), "one of "+strings.Join(pluginapi.SupportedAPIVersions(), ", ")))
-	} else if !pluginapi.Supported(pr.APIVersion) {
-		errs = append(errs, field.NotSupported(p.Child("apiVersion"), pr.APIVersion, pluginapi.SupportedAPIVersions()))
-	}
-	if len(pr.MatchImages) == 0 {
-		errs = append(errs, field.Required(p.Child("matchImages"), "at least 1 item in matchImages is required"))
-	}
-	for i, m := range pr.MatchImages {
-		if err := keyring.ValidateMatchImage(m); err != nil {
-			errs = append(errs, field.Invalid(p.Child("matchImages").Index(i), m, "match image is invalid: "+err.Error()))
-		}
-	}
+	errs := execplugin.ValidateEntry(p, pr.entry(), binDir, pluginapi.SupportedAPIVersions())
+	// Required even as 0, with the kubelet's words: a credential provider
+	// has no default duration, unlike an image policy provider.
 	switch {
 	case !pr.hasDefaultCacheDuration:
 		errs = append(errs, field.Required(p.Child("defaultCacheDuration"), "how long to cache credentials when the plugin does not say"))
 	case pr.DefaultCacheDuration < 0:
 		errs = append(errs, field.Invalid(p.Child("defaultCacheDuration"), pr.DefaultCacheDuration.String(), "defaultCacheDuration must be greater than or equal to 0"))
 	}
-	for i, e := range pr.Env {
-		if e.Name == "" {
-			errs = append(errs, field.Required(p.Child("env").Index(i).Child("name"), ""))
-		}
-	}
 	if t := pr.TokenAttributes; t != nil {
 		errs = append(errs, validateTokenAttributes(p.Child("tokenAttributes"), pr.APIVersion, t)...)
 	}
 	return errs
+}
+
+// entry is what the provider says of its plugin, as every kind's says it.
+func (pr *Provider) entry() execplugin.Entry {
+	return execplugin.Entry{Name: pr.Name, APIVersion: pr.APIVersion, MatchImages: pr.MatchImages, Args: pr.Args, Env: pr.Env}
 }
 
 // validateTokenAttributes applies the kubelet's rules for KEP-4412.
@@ -280,13 +222,4 @@ func validateAnnotationKeys(p *field.Path, keys []string) field.ErrorList {
 		seen.Insert(k)
 	}
 	return errs
-}
-
-// unwrapExecErr keeps exec.LookPath's errors short: the path is said once.
-func unwrapExecErr(err error) error {
-	var ee *exec.Error
-	if errors.As(err, &ee) {
-		return ee.Err
-	}
-	return err
 }

@@ -23,7 +23,7 @@ func TestLoadConfigVersions(t *testing.T) {
 	}{
 		{"a v1 file decodes every field", "v1.yaml", []Provider{{
 			Name: "fake-plugin", MatchImages: []string{"*.registry.test", "127.0.0.1:5000"}, DefaultCacheDuration: 5 * time.Minute,
-			APIVersion: "credentialprovider.kubelet.k8s.io/v1", Args: []string{"--verbose"}, Env: []EnvVar{{"PLUGIN_MODE", "test"}},
+			APIVersion: "credentialprovider.kubelet.k8s.io/v1", Args: []string{"--verbose"}, Env: []EnvVar{{Name: "PLUGIN_MODE", Value: "test"}},
 		}}},
 		{"a v1beta1 file decodes, a zero default duration included", "v1beta1.yaml", []Provider{{
 			Name: "fake-plugin", MatchImages: []string{"registry.test"}, APIVersion: "credentialprovider.kubelet.k8s.io/v1beta1",

@@ -12,7 +12,7 @@ import (
 // process, as the reference plugin would by exec.
 type dockerConfigRunner struct{ cfg *keyring.DockerConfig }
 
-func (r dockerConfigRunner) run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
+func (r dockerConfigRunner) Run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
 	auth, keyType := r.cfg.Lookup(req.Image)
 	resp := &credentialproviderapi.CredentialProviderResponse{CacheKeyType: keyType, Auth: map[string]credentialproviderapi.AuthConfig{}}
 	for k, c := range auth {
@@ -35,6 +35,6 @@ func NewFromDockerConfig(path string, opts Options) (*Injector, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.plugins()[0].runner = dockerConfigRunner{d}
+	in.plugins()[0].Runner = dockerConfigRunner{d}
 	return in, nil
 }

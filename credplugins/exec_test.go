@@ -55,8 +55,8 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderRequest","image":"x"}' "$v"
 
 	run := func(name, apiVersion string, timeout time.Duration, env []EnvVar, args ...string) (string, error) {
 		p := newExecPlugin(Provider{Name: name, APIVersion: apiVersion, Args: args, Env: env}, dir, timeout)
-		p.environ = func() []string { return []string{"PATH=" + os.Getenv("PATH"), "MODE=from-host", "HOST_ONLY=host"} }
-		resp, stderr, err := p.run(context.Background(), execRequest{Image: "registry.test/team/app"})
+		p.Environ = func() []string { return []string{"PATH=" + os.Getenv("PATH"), "MODE=from-host", "HOST_ONLY=host"} }
+		resp, stderr, err := p.Run(context.Background(), execRequest{Image: "registry.test/team/app"})
 		if err != nil {
 			return string(stderr), err
 		}
@@ -66,7 +66,7 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderRequest","image":"x"}' "$v"
 	for _, v := range []string{"v1", "v1beta1", "v1alpha1"} {
 		t.Run("a "+v+" plugin gets the request in "+v+", with its args and env, the config's env winning", func(t *testing.T) {
 			apiVersion := "credentialprovider.kubelet.k8s.io/" + v
-			got, err := run("echo-request", apiVersion, 0, []EnvVar{{"MODE", "from-config"}}, "--flag", "x")
+			got, err := run("echo-request", apiVersion, 0, []EnvVar{{Name: "MODE", Value: "from-config"}}, "--flag", "x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderRequest","image":"x"}' "$v"
 
 	t.Run("a hanging plugin is killed at the timeout, with the children it started", func(t *testing.T) {
 		pidFile := filepath.Join(t.TempDir(), "child.pid")
-		_, err := run("hang", "credentialprovider.kubelet.k8s.io/v1", 300*time.Millisecond, []EnvVar{{"CHILD_PID_FILE", pidFile}})
+		_, err := run("hang", "credentialprovider.kubelet.k8s.io/v1", 300*time.Millisecond, []EnvVar{{Name: "CHILD_PID_FILE", Value: pidFile}})
 		if !errors.Is(err, ErrPluginTimeout) || !strings.Contains(err.Error(), "plugin hang") {
 			t.Fatalf("got %v, want a timeout naming the plugin", err)
 		}

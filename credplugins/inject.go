@@ -40,7 +40,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 	if hasAuth(req.GetAuth()) {
 		resp, err := next(ctx, req)
 		if err == nil || ctx.Err() != nil {
-			in.metrics.pulls.WithLabelValues("request_auth").Inc()
+			in.pulls.WithLabelValues("request_auth").Inc()
 			return resp, err
 		}
 		own = err
@@ -59,15 +59,15 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 	cands, _, failed := in.Lookup(ctx, image, pod)
 	if len(cands) == 0 {
 		if own != nil {
-			in.metrics.pulls.WithLabelValues("failed").Inc()
+			in.pulls.WithLabelValues("failed").Inc()
 			return nil, own
 		}
 		resp, err := next(ctx, req)
 		if err != nil && len(failed) > 0 {
-			in.metrics.pulls.WithLabelValues("failed").Inc()
+			in.pulls.WithLabelValues("failed").Inc()
 			return nil, pullError(err, req.GetImage().GetImage(), nil, nil, failed)
 		}
-		in.metrics.pulls.WithLabelValues("anonymous").Inc()
+		in.pulls.WithLabelValues("anonymous").Inc()
 		return resp, err
 	}
 
@@ -85,7 +85,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 			if own != nil {
 				result = "request_auth_fallback"
 			}
-			in.metrics.pulls.WithLabelValues(result).Inc()
+			in.pulls.WithLabelValues(result).Inc()
 			in.log.Debug("pulled with a credential provider's credential", "image", req.GetImage().GetImage(),
 				"plugin", c.Provider, "key", c.Key, "tries", len(tried)+1, "afterTheRequestsOwn", own != nil)
 			return resp, nil
@@ -95,7 +95,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 			break // the caller gave up; do not go on knocking at the registry
 		}
 	}
-	in.metrics.pulls.WithLabelValues("failed").Inc()
+	in.pulls.WithLabelValues("failed").Inc()
 	return nil, pullError(tried[len(tried)-1].err, req.GetImage().GetImage(), own, tried, failed)
 }
 

@@ -10,14 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	"k8s.io/utils/clock"
 
-	"github.com/cri-image-proxy/cri-image-proxy/authcache"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 )
 
 // Options configure an Injector. The zero value is usable.
@@ -43,11 +42,11 @@ type Options struct {
 // it starts, so a pull in flight finishes under the configuration it
 // started with.
 type Injector struct {
-	set     atomic.Pointer[providerSet]
-	opts    Options
-	clk     clock.WithTicker
-	metrics *metrics
-	log     *slog.Logger
+	host     *execplugin.Host[*providerSet, *plugin]
+	identity Identity
+	timeout  time.Duration
+	pulls    *prometheus.CounterVec // result
+	log      *slog.Logger
 }
 
 // providerSet is one configuration's providers, in the kubelet's order.
@@ -56,26 +55,26 @@ type providerSet struct {
 	plugins []*plugin
 }
 
+func (s *providerSet) ConfigHash() string { return s.config.Hash }
+func (s *providerSet) Members() []*plugin { return s.plugins }
+
 // New returns an Injector for a loaded configuration.
 func New(cfg *Config, opts Options) (*Injector, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	host, err := execplugin.NewHost[*providerSet, *plugin](kind, execplugin.Options{
+		CacheSize: opts.CacheSize, Clock: opts.Clock, Logger: opts.Logger, Registerer: opts.Registerer,
+	})
+	if err != nil {
+		return nil, err
 	}
-	clk := opts.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	in := &Injector{log: log, opts: opts, clk: clk}
-	var err error
-	if in.metrics, err = newMetrics(opts.Registerer, in.currentCacheSizes); err != nil {
+	in := &Injector{host: host, identity: opts.Identity, timeout: opts.ExecTimeout, log: host.Log()}
+	if in.pulls, err = newPullsMetric(opts.Registerer); err != nil {
 		return nil, err
 	}
 	set, _, err := in.build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	in.install(set)
+	in.host.Install(set)
 	return in, nil
 }
 
@@ -93,23 +92,18 @@ type ReloadReport struct {
 // change keeps its cache; the others' cached credentials are dropped.
 // Lookups already running finish with the providers they started with.
 func (in *Injector) Reload(cfg *Config) (ReloadReport, error) {
-	old := in.set.Load()
-	set, rep, err := in.build(cfg, old)
+	set, rep, err := in.build(cfg, in.host.Current())
 	if err != nil {
 		return ReloadReport{}, err
 	}
-	in.install(set)
+	in.host.Install(set)
 	return rep, nil
 }
 
-// install makes set the current one.
-func (in *Injector) install(set *providerSet) {
-	in.set.Store(set)
-	in.metrics.setConfigHash(set.config.Hash)
-}
-
 // build makes the providers of cfg, taking from old those whose
-// definition is the same.
+// definition is the same: their cached credentials are still what the
+// plugin would answer. (An image policy reload keeps no verdict: a reload
+// is how operators apply a changed policy its plugin reads.)
 func (in *Injector) build(cfg *Config, old *providerSet) (*providerSet, ReloadReport, error) {
 	var rep ReloadReport
 	set := &providerSet{config: cfg}
@@ -120,7 +114,7 @@ func (in *Injector) build(cfg *Config, old *providerSet) (*providerSet, ReloadRe
 		}
 	}
 	for _, pc := range cfg.Providers {
-		if pc.TokenAttributes != nil && in.opts.Identity == nil {
+		if pc.TokenAttributes != nil && in.identity == nil {
 			return nil, rep, fmt.Errorf("credential provider %s (%s) uses service account tokens (tokenAttributes): the proxy needs the Kubernetes API (kubernetes.kubeconfig, or in-cluster)", pc.Name, pc.File)
 		}
 		id, err := definition(pc, cfg.BinDir)
@@ -149,48 +143,25 @@ func (in *Injector) build(cfg *Config, old *providerSet) (*providerSet, ReloadRe
 }
 
 func (in *Injector) newPlugin(pc Provider, binDir, id string) *plugin {
-	name := pc.Name
-	return &plugin{
-		cfg:        pc,
-		definition: id,
-		identity:   in.opts.Identity,
-		runner:     newExecPlugin(pc, binDir, in.opts.ExecTimeout),
-		metrics:    in.metrics,
-		log:        in.log,
-		now:        in.clk.Now,
-		cache: authcache.New[Answer](authcache.Options{Clock: in.clk, MaxEntries: in.opts.CacheSize, OnEvict: func(n int) {
-			in.metrics.evictions.WithLabelValues(name).Add(float64(n))
-		}}),
-	}
-}
-
-// currentCacheSizes is the entries of each current provider's cache.
-func (in *Injector) currentCacheSizes() map[string]int {
-	out := map[string]int{}
-	if set := in.set.Load(); set != nil {
-		for _, p := range set.plugins {
-			out[p.cfg.Name] = p.cache.Len()
-		}
-	}
-	return out
+	p := &plugin{cfg: pc, definition: id, identity: in.identity}
+	p.Plugin = execplugin.NewPlugin[Answer](in.host.Runtime, pc.Name, runner(newExecPlugin(pc, binDir, in.timeout)), execplugin.Hooks[execRequest, *credentialproviderapi.CredentialProviderResponse]{
+		Image:   func(req execRequest) string { return req.Image },
+		Secrets: secretsOf,
+		Check:   p.checkAnswer,
+	})
+	return p
 }
 
 // plugins returns the current providers.
-func (in *Injector) plugins() []*plugin { return in.set.Load().plugins }
+func (in *Injector) plugins() []*plugin { return in.host.Current().plugins }
 
 // Config returns the configuration the Injector runs now.
-func (in *Injector) Config() *Config { return in.set.Load().config }
+func (in *Injector) Config() *Config { return in.host.Current().config }
 
 // Run purges expired cache entries of the current providers every interval
 // until ctx is done: the kubelet only drops them when read, KEP-2133 asks
 // for better.
-func (in *Injector) Run(ctx context.Context, interval time.Duration) {
-	periodic.Every(ctx, interval, func(context.Context) {
-		for _, p := range in.plugins() {
-			p.cache.Purge()
-		}
-	})
-}
+func (in *Injector) Run(ctx context.Context, interval time.Duration) { in.host.Run(ctx, interval) }
 
 // definition identifies what a provider does: its configuration entry
 // (where it was declared aside), the bin directory, and the content of its

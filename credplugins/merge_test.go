@@ -30,7 +30,7 @@ func newPerTokenRunner(want int32) *perTokenRunner {
 	return &perTokenRunner{want: want, window: 3 * time.Second, arrived: make(chan struct{})}
 }
 
-func (r *perTokenRunner) run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
+func (r *perTokenRunner) Run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
 	if r.runs.Add(1) >= r.want {
 		r.once.Do(func() { close(r.arrived) })
 	}

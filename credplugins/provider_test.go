@@ -30,7 +30,7 @@ type fakeRunner struct {
 	last     execRequest
 }
 
-func (f *fakeRunner) run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
+func (f *fakeRunner) Run(_ context.Context, req execRequest) (*credentialproviderapi.CredentialProviderResponse, []byte, error) {
 	f.runs.Add(1)
 	f.images.Store(req.Image, true)
 	f.mu.Lock()
@@ -69,7 +69,7 @@ func newTestInjector(t *testing.T, clk *testclock.FakeClock, providers ...struct
 		t.Fatal(err)
 	}
 	for i, p := range providers {
-		in.plugins()[i].runner = p.runner
+		in.plugins()[i].Runner = p.runner
 	}
 	return in
 }

@@ -29,7 +29,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range []*fakeRunner{keep, change, drop} {
-		in.plugins()[i].runner = r
+		in.plugins()[i].Runner = r
 	}
 	for _, img := range []string{"registry.test/keep/app", "registry.test/change/app", "registry.test/drop/app"} {
 		in.Lookup(ctx, img, nil)
@@ -45,7 +45,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed, added := &fakeRunner{auth: cred, keyType: credentialproviderapi.ImagePluginCacheKeyType}, &fakeRunner{auth: cred, keyType: credentialproviderapi.ImagePluginCacheKeyType}
-	in.plugins()[1].runner, in.plugins()[2].runner = changed, added
+	in.plugins()[1].Runner, in.plugins()[2].Runner = changed, added
 
 	t.Run("an unchanged provider keeps its plugin and cache; the others are new or gone", func(t *testing.T) {
 		if strings.Join(rep.Kept, ",") != "keep" || strings.Join(rep.Changed, ",") != "change" || strings.Join(rep.Added, ",") != "new" || strings.Join(rep.Removed, ",") != "drop" {
@@ -107,7 +107,7 @@ cri_image_proxy_credential_provider_config_info{hash="sha256:two"} 1
 	t.Run("a lookup that started before a reload finishes with the providers it started with", func(t *testing.T) {
 		gate := make(chan struct{})
 		slow := &fakeRunner{auth: cred, gate: gate, keyType: credentialproviderapi.ImagePluginCacheKeyType}
-		in.plugins()[2].runner = slow // "new"
+		in.plugins()[2].Runner = slow // "new"
 		done := make(chan []Candidate)
 		go func() { c, _, _ := in.Lookup(ctx, "registry.test/new/app", nil); done <- c }()
 		for slow.runs.Load() == 0 {

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
@@ -138,18 +139,19 @@ func hashToken(t string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// echoesToken reports whether a response hands the token itself back as a
-// password, which is safe only when it is cached per token.
-func echoesToken(a Auth, token string) bool {
-	if token == "" {
-		return false
+// checkAnswer refuses, as the kubelet does, a credential that is the
+// service account token itself unless it is cached per token: cached per
+// service account it would outlive the token.
+func (p *plugin) checkAnswer(req execRequest, resp *credentialproviderapi.CredentialProviderResponse) error {
+	if p.cfg.TokenAttributes == nil || p.cfg.TokenAttributes.CacheType == "Token" || req.ServiceAccountToken == "" {
+		return nil
 	}
-	for _, c := range a {
-		if c.Password == token {
-			return true
+	for _, c := range resp.Auth {
+		if c.Password == req.ServiceAccountToken {
+			return fmt.Errorf("plugin %s: %w: it returned the service account token as a password, which needs cacheType Token", p.cfg.Name, ErrInvalidResponse)
 		}
 	}
-	return false
+	return nil
 }
 
 // ServiceAccountMayPull reports whether some token provider would run for

@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
@@ -69,7 +70,7 @@ func newTokenInjector(t testing.TB, api *fakeAPI, p Provider, r runner) *Injecto
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.plugins()[0].runner = r
+	in.plugins()[0].Runner = r
 	return in
 }
 
@@ -221,7 +222,7 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"R
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.plugins()[0].runner = newExecPlugin(p, dir, time.Minute)
+		in.plugins()[0].Runner = newExecPlugin(p, dir, time.Minute)
 		_, answers, failed := in.Lookup(ctx, "registry.test/app", &PodRef{Namespace: "team-a", Name: "p1", UID: "pod-1"})
 		if len(failed) > 0 || len(answers) != 1 {
 			t.Fatalf("answers %v, failed %v", answers, failed)
@@ -235,7 +236,7 @@ printf '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"R
 		switch {
 		case level == slog.LevelInfo && strings.Contains(out, "stderr"):
 			t.Errorf("a plugin's stderr is logged above debug level:\n%.2000s", out)
-		case level == slog.LevelDebug && (!strings.Contains(out, "debug: got token [redacted]") || len(out) > 4*maxLoggedStderr):
+		case level == slog.LevelDebug && (!strings.Contains(out, "debug: got token [redacted]") || len(out) > 4*execplugin.MaxLoggedStderr):
 			t.Errorf("at debug level, want the stderr masked and capped (%d bytes):\n%.2000s", len(out), out)
 		}
 	}

@@ -28,8 +28,8 @@ func BenchmarkDecideCachedAtCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	f := &fakeRunner{resp: testAllow}
-	for _, p := range e.set.Load().providers {
-		p.runner = f
+	for _, p := range e.current().providers {
+		p.Runner = f
 	}
 	ctx := context.Background()
 	v, _ := e.Decide(ctx, pull("secure", "registry.test:5000/team/app", digestA))

@@ -1,27 +1,22 @@
 package imagepolicy
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"golang.org/x/crypto/cryptobyte"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/configfiles"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -153,10 +148,7 @@ type Provider struct {
 }
 
 // EnvVar is an environment variable for the plugin.
-type EnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
+type EnvVar = execplugin.EnvVar
 
 // configFile is the file on disk.
 type configFile struct {
@@ -195,41 +187,29 @@ type providerConfig struct {
 // validates it against binDir. Every error names the file, the provider
 // and the field; all are reported at once.
 func LoadConfig(path, binDir string) (*Config, error) {
-	files, err := configFiles(path)
-	if err != nil {
-		return nil, err
-	}
 	cfg := &Config{BinDir: binDir, NoMatch: NoMatchRules{Default: NoMatchAllow, Namespaces: map[string]NoMatchPolicy{}}}
-	var errs []error
-	seen := map[string]string{} // provider name -> file
 	defaultFrom := ""
 	noMatchFrom := map[string]string{} // namespace ("" for the default) -> file
-	hash := cryptobyte.NewBuilder(nil)
-	for _, file := range files {
-		data, err := os.ReadFile(file)
+	hash, err := execplugin.LoadConfig(kind.Config, path, func(f *execplugin.ConfigFile) {
+		fc, err := decodeConfig(f.Data)
 		if err != nil {
-			return nil, fmt.Errorf("image policy config: %w", err)
-		}
-		hash.AddUint32LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(data) })
-		fc, err := decodeConfig(data)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("image policy config %s: %w", file, err))
-			continue
+			f.Fail(err)
+			return
 		}
 		if ns := fc.DefaultNamespace; ns != "" {
 			for _, msg := range validation.IsDNS1123Label(ns) {
-				errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Invalid(field.NewPath("defaultNamespace"), ns, msg)))
+				f.Fail(field.Invalid(field.NewPath("defaultNamespace"), ns, msg))
 			}
 			if cfg.DefaultNamespace != "" && cfg.DefaultNamespace != ns {
-				errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Invalid(field.NewPath("defaultNamespace"), ns, fmt.Sprintf("%s already says %q", defaultFrom, cfg.DefaultNamespace))))
+				f.Fail(field.Invalid(field.NewPath("defaultNamespace"), ns, fmt.Sprintf("%s already says %q", defaultFrom, cfg.DefaultNamespace)))
 			}
-			cfg.DefaultNamespace, defaultFrom = ns, file
+			cfg.DefaultNamespace, defaultFrom = ns, f.Path
 		}
 		if len(fc.Providers) == 0 && fc.NoMatchPolicy == nil {
-			errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Required(field.NewPath("providers"), "at least 1 provider is required (or a noMatchPolicy alone)")))
+			f.Fail(field.Required(field.NewPath("providers"), "at least 1 provider is required (or a noMatchPolicy alone)"))
 		}
-		for _, e := range mergeNoMatch(&cfg.NoMatch, fc.NoMatchPolicy, file, noMatchFrom) {
-			errs = append(errs, fmt.Errorf("image policy config %s: %s", file, e.Error()))
+		for _, e := range mergeNoMatch(&cfg.NoMatch, fc.NoMatchPolicy, f.Path, noMatchFrom) {
+			f.Fail(e)
 		}
 		for i, pc := range fc.Providers {
 			p := field.NewPath("providers").Index(i)
@@ -238,47 +218,24 @@ func LoadConfig(path, binDir string) (*Config, error) {
 			if pc.WatchFiles == nil {
 				pr.WatchFiles, pr.WatchFilesFromArgs = watchFilesOf(pc.Args), true
 			}
-			pr.File = file
-			for _, e := range perrs {
-				errs = append(errs, fmt.Errorf("image policy config %s: provider %q: %s", file, pc.Name, e.Error()))
-			}
-			if other, dup := seen[pc.Name]; dup && pc.Name != "" {
-				errs = append(errs, fmt.Errorf("image policy config %s: provider %q: %s", file, pc.Name, field.Duplicate(p.Child("name"), pc.Name).Error()+": also declared in "+other))
-			}
-			seen[pc.Name] = file
+			pr.File = f.Path
+			f.FailProvider(pc.Name, perrs)
+			f.Declare(p.Child("name"), pc.Name)
 			cfg.Providers = append(cfg.Providers, pr)
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(hash.BytesOrPanic())
-	cfg.Hash = fmt.Sprintf("sha256:%x", sum)
+	cfg.Hash = hash
 	return cfg, nil
-}
-
-// configFiles lists the files path stands for (package configfiles).
-func configFiles(path string) ([]string, error) {
-	files, err := configfiles.List(path)
-	if err != nil {
-		return nil, fmt.Errorf("image policy config: %w", err)
-	}
-	return files, nil
 }
 
 // decodeConfig decodes one file strictly: an unknown, misspelt or
 // duplicate field is an error naming its path.
 func decodeConfig(data []byte) (*configFile, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, err
-	}
 	var fc configFile
-	strictErrs, err := kjson.UnmarshalStrict(js, &fc, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
-	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(strictErrs...); err != nil {
+	if err := execplugin.DecodeStrict(data, &fc); err != nil {
 		return nil, err
 	}
 	if fc.APIVersion != ConfigAPIVersion || fc.Kind != ConfigKind {
@@ -287,14 +244,17 @@ func decodeConfig(data []byte) (*configFile, error) {
 	return &fc, nil
 }
 
-// validateProvider validates one entry and returns it with its defaults.
+// validateProvider validates one entry, by the rules every kind's entry
+// follows (execplugin.ValidateEntry: the name, an executable in binDir, the
+// apiVersion, matchImages, env) and an image policy provider's own, and
+// returns it with its defaults.
 func validateProvider(p *field.Path, pc providerConfig, binDir string) (Provider, field.ErrorList) {
 	pr := Provider{
 		Name: pc.Name, APIVersion: pc.APIVersion, MatchImages: pc.MatchImages, Namespaces: pc.Namespaces,
 		Timeout: DefaultTimeout, FailurePolicy: Fail, AllowCacheDuration: DefaultAllowCacheDuration, DenyCacheDuration: DefaultDenyCacheDuration,
 		SendCredentials: pc.SendCredentials, Args: pc.Args, Env: pc.Env,
 	}
-	var errs field.ErrorList
+	errs := execplugin.ValidateEntry(p, pr.entry(), binDir, policyapi.SupportedAPIVersions())
 	if pc.WatchFiles != nil {
 		pr.WatchFiles = []string{}
 		for i, f := range *pc.WatchFiles {
@@ -305,35 +265,11 @@ func validateProvider(p *field.Path, pc providerConfig, binDir string) (Provider
 			pr.WatchFiles = append(pr.WatchFiles, filepath.Clean(f))
 		}
 	}
-	switch {
-	case pc.Name == "":
-		errs = append(errs, field.Required(p.Child("name"), "the plugin's executable name in the bin directory"))
-	case strings.ContainsAny(pc.Name, "/ ") || pc.Name == "." || pc.Name == "..":
-		errs = append(errs, field.Invalid(p.Child("name"), pc.Name, "an executable name: no '/' or space, not '.' or '..'"))
-	default:
-		bin := filepath.Join(binDir, pc.Name)
-		if _, err := exec.LookPath(bin); err != nil {
-			var ee *exec.Error
-			if errors.As(err, &ee) {
-				err = ee.Err
-			}
-			errs = append(errs, field.Invalid(p.Child("name"), pc.Name, fmt.Sprintf("no executable %s in the bin directory (%v)", bin, err)))
-		}
-	}
-	if pc.APIVersion == "" {
-		errs = append(errs, field.Required(p.Child("apiVersion"), "one of "+strings.Join(policyapi.SupportedAPIVersions(), ", ")))
-	} else if !policyapi.Supported(pc.APIVersion) {
-		errs = append(errs, field.NotSupported(p.Child("apiVersion"), pc.APIVersion, policyapi.SupportedAPIVersions()))
-	}
-	if len(pc.MatchImages) == 0 {
-		errs = append(errs, field.Required(p.Child("matchImages"), "at least 1 pattern (the kubelet's matchImages syntax)"))
-	}
-	for i, m := range pc.MatchImages {
-		if err := keyring.ValidateMatchImage(m); err != nil {
-			errs = append(errs, field.Invalid(p.Child("matchImages").Index(i), m, "match image is invalid: "+err.Error()))
-		}
-	}
 	errs = append(errs, validateNamespaces(p.Child("namespaces"), pc.Namespaces)...)
+	// Each duration has a default (a credential provider's
+	// defaultCacheDuration has none and keeps the kubelet's words), and the
+	// timeout is each provider's own (credential providers share one,
+	// credentialProviders.execTimeout, as the kubelet's plugins do).
 	for _, d := range []struct {
 		name string
 		v    *metav1.Duration
@@ -363,12 +299,12 @@ func validateProvider(p *field.Path, pc providerConfig, binDir string) (Provider
 	default:
 		errs = append(errs, field.NotSupported(p.Child("failurePolicy"), pc.FailurePolicy, []string{string(Fail), string(Ignore)}))
 	}
-	for i, e := range pc.Env {
-		if e.Name == "" {
-			errs = append(errs, field.Required(p.Child("env").Index(i).Child("name"), ""))
-		}
-	}
 	return pr, errs
+}
+
+// entry is what the provider says of its plugin, as every kind's says it.
+func (pr *Provider) entry() execplugin.Entry {
+	return execplugin.Entry{Name: pr.Name, APIVersion: pr.APIVersion, MatchImages: pr.MatchImages, Args: pr.Args, Env: pr.Env}
 }
 
 // watchFilesOf are the files a provider watches when its configuration

@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 			Name: "sigstore-image-policy", APIVersion: "imagepolicy.cri-image-proxy.io/v1alpha1",
 			MatchImages: []string{"*.registry.test", "127.0.0.1:5000"}, Namespaces: []string{"secure", "payments"},
 			Timeout: 10 * time.Second, FailurePolicy: Ignore, AllowCacheDuration: 2 * time.Hour, DenyCacheDuration: 0,
-			SendCredentials: true, Args: []string{"--policy", "/etc/cri-image-proxy/sigstore-policy.yaml"}, Env: []EnvVar{{"MODE", "strict"}},
+			SendCredentials: true, Args: []string{"--policy", "/etc/cri-image-proxy/sigstore-policy.yaml"}, Env: []EnvVar{{Name: "MODE", Value: "strict"}},
 			WatchFiles: []string{}, WatchFilesFromArgs: true, // the policy file is absent here
 			File: "testdata/config/full.yaml",
 		}}, "node-pulls", NoMatchRules{Default: NoMatchWarn, Namespaces: map[string]NoMatchPolicy{"secure": NoMatchDeny, "dev": NoMatchAllow}}},

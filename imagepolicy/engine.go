@@ -19,7 +19,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -199,10 +198,8 @@ type Options struct {
 // use. Its configuration can be replaced while it serves (Reload): a
 // decision uses the providers current when it starts.
 type Engine struct {
-	set     atomic.Pointer[providerSet]
+	host    *execplugin.Host[*providerSet, *provider]
 	gen     atomic.Uint64
-	opts    Options
-	clk     clock.WithTicker
 	metrics *metrics
 	log     *slog.Logger
 }
@@ -217,16 +214,17 @@ type providerSet struct {
 	remembered atomic.Int64
 }
 
+func (set *providerSet) ConfigHash() string   { return set.config.Hash }
+func (set *providerSet) Members() []*provider { return set.providers }
+
 // provider is one configured plugin with its cache of verdicts, keyed by
-// (image ID or digest, namespace).
+// (image ID or digest as the repository names it, namespace), always with
+// authcache's Image key type: a verdict is for what it was asked about,
+// never for a whole registry.
 type provider struct {
-	cfg     Provider
-	match   matcher
-	runner  runner
-	cache   *authcache.Cache[Decision]
-	metrics *metrics
-	log     *slog.Logger
-	now     func() time.Time
+	*execplugin.Plugin[policyapi.ImagePolicyRequest, *policyapi.ImagePolicyResponse, Decision]
+	cfg   Provider
+	match matcher
 
 	// watch is the state of the plugin's watchFiles.
 	watch *fileWatch
@@ -242,74 +240,63 @@ func New(cfg *Config, opts Options) (*Engine, error) {
 	if cfg == nil {
 		return nil, errors.New("image policy: no configuration")
 	}
-	e := &Engine{opts: opts, clk: opts.Clock, log: opts.Logger}
-	if e.clk == nil {
-		e.clk = clock.RealClock{}
-	}
-	if e.log == nil {
-		e.log = slog.New(slog.DiscardHandler)
-	}
-	var err error
-	if e.metrics, err = newMetrics(opts.Registerer, e.cacheSizes); err != nil {
+	host, err := execplugin.NewHost[*providerSet, *provider](kind, execplugin.Options{
+		CacheSize: opts.CacheSize, Clock: opts.Clock, Logger: opts.Logger, Registerer: opts.Registerer,
+	})
+	if err != nil {
 		return nil, err
 	}
-	e.install(e.build(cfg))
+	e := &Engine{host: host, log: host.Log()}
+	if e.metrics, err = newMetrics(opts.Registerer); err != nil {
+		return nil, err
+	}
+	e.host.Install(e.build(cfg))
 	return e, nil
 }
 
-// Reload replaces the configuration. Every cached verdict is dropped:
-// the plugins' own files (a policy, its keys) are not watched, so a
-// reload (SIGHUP) is how a changed policy takes effect at once. Decisions
-// running finish under the configuration they started with; what they
-// cache goes with it.
+// Reload replaces the configuration. Every cached verdict is dropped,
+// even an unchanged provider's (unlike credential providers, whose cached
+// credentials a reload keeps while the provider is the same): a plugin's
+// own files not in its watchFiles (a policy, its keys) are seen by no one
+// else, so a reload (SIGHUP) is how a changed policy takes effect at once.
+// Decisions running finish under the configuration they started with;
+// what they cache goes with it.
 func (e *Engine) Reload(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("image policy: no configuration")
 	}
-	e.install(e.build(cfg))
+	e.host.Install(e.build(cfg))
 	return nil
 }
 
 // Config returns the configuration in use.
-func (e *Engine) Config() *Config { return e.set.Load().config }
+func (e *Engine) Config() *Config { return e.host.Current().config }
 
-func (e *Engine) install(set *providerSet) {
-	e.set.Store(set)
-	e.metrics.setConfigHash(set.config.Hash)
-}
+// current is the provider set in use.
+func (e *Engine) current() *providerSet { return e.host.Current() }
 
 func (e *Engine) build(cfg *Config) *providerSet {
 	set := &providerSet{config: cfg, generation: e.gen.Add(1), byName: map[string]*provider{}}
 	for _, pc := range cfg.Providers {
-		p := &provider{
-			cfg: pc, match: newMatcher(pc), runner: newExecRunner(pc, cfg.BinDir),
-			cache:   authcache.New[Decision](authcache.Options{Clock: e.clk, MaxEntries: e.opts.CacheSize}),
-			metrics: e.metrics, log: e.log, now: e.clk.Now, watch: newFileWatch(pc.WatchFiles),
-		}
+		p := &provider{cfg: pc, match: newMatcher(pc), watch: newFileWatch(pc.WatchFiles)}
+		p.Plugin = execplugin.NewPlugin[Decision](e.host.Runtime, pc.Name, newExecRunner(pc, cfg.BinDir), execplugin.Hooks[policyapi.ImagePolicyRequest, *policyapi.ImagePolicyResponse]{
+			Image: func(req policyapi.ImagePolicyRequest) string { return req.Image },
+			// The pull's credential, sent to providers with sendCredentials.
+			Secrets: func(req policyapi.ImagePolicyRequest, _ *policyapi.ImagePolicyResponse) []string {
+				if req.Credential == nil {
+					return nil
+				}
+				return []string{req.Credential.Password}
+			},
+		})
 		set.providers = append(set.providers, p)
 		set.byName[pc.Name] = p
 	}
 	return set
 }
 
-func (e *Engine) cacheSizes() map[string]int {
-	out := map[string]int{}
-	if set := e.set.Load(); set != nil {
-		for _, p := range set.providers {
-			out[p.cfg.Name] = p.cache.Len()
-		}
-	}
-	return out
-}
-
 // Run purges expired verdicts every interval until ctx is done.
-func (e *Engine) Run(ctx context.Context, interval time.Duration) {
-	periodic.Every(ctx, interval, func(context.Context) {
-		for _, p := range e.set.Load().providers {
-			p.cache.Purge()
-		}
-	})
-}
+func (e *Engine) Run(ctx context.Context, interval time.Duration) { e.host.Run(ctx, interval) }
 
 // namespaceOf is the namespace a subject is decided for.
 func (set *providerSet) namespaceOf(s *Subject) string {
@@ -374,7 +361,7 @@ func parsedRepository(repo string) *keyring.Repository {
 // a namespace without a policy is not slowed down, nor refused when the
 // registry cannot be asked.
 func (e *Engine) Applies(namespace, repository string) bool {
-	set := e.set.Load()
+	set := e.current()
 	ns := namespace
 	if ns == "" {
 		ns = set.config.DefaultNamespace
@@ -392,7 +379,7 @@ func (e *Engine) Applies(namespace, repository string) bool {
 // an image no provider applies to. With Applies, it tells a caller whether
 // a decision may refuse or must be counted before it does any work.
 func (e *Engine) NoMatchPolicy(namespace string) NoMatchPolicy {
-	set := e.set.Load()
+	set := e.current()
 	if namespace == "" {
 		namespace = set.config.DefaultNamespace
 	}
@@ -415,7 +402,7 @@ func (e *Engine) NoMatchPolicy(namespace string) NoMatchPolicy {
 // subject that cannot be decided on (ErrInvalidSubject); the verdict then
 // refuses, so a caller that looks at the verdict alone fails closed.
 func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
-	set := e.set.Load()
+	set := e.current()
 	ns := set.namespaceOf(&s)
 	info := set.repo(s.Repository)
 	s.Repository = info.canonical
@@ -543,7 +530,7 @@ func (e *Engine) logVerdict(ctx context.Context, s *Subject, v *Verdict) {
 // decide is one provider's decision: cached, or the plugin's.
 func (p *provider) decide(ctx context.Context, s *Subject, ns string, keys []string) Decision {
 	for _, k := range keys {
-		if d, _, ok := p.cache.Get(k, ns); ok {
+		if d, _, ok := p.Cache.Get(k, ns); ok {
 			d.FromCache = true
 			return d
 		}
@@ -562,12 +549,12 @@ func (p *provider) flight(ctx context.Context, s *Subject, ns string, keys []str
 	// A caller that comes after a change of the plugin's files does not
 	// share a flight that started before it.
 	epoch := p.epoch.Load()
-	v, _, _ := p.cache.Do(authcache.FlightKey(keys[0], ns, strconv.FormatUint(epoch, 10)), func() (any, error) {
+	v, _, _ := p.Cache.Do(authcache.FlightKey(keys[0], ns, strconv.FormatUint(epoch, 10)), func() (any, error) {
 		// A caller that missed the cache just before an earlier flight
 		// stored its verdict starts a flight of its own: look again, so
 		// that one verdict means one plugin run.
 		for _, k := range keys {
-			if d, _, ok := p.cache.Get(k, ns); ok {
+			if d, _, ok := p.Cache.Get(k, ns); ok {
 				d.FromCache = true
 				return d, nil
 			}
@@ -585,23 +572,16 @@ func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string
 		Call: s.Call, Image: s.Image, Repository: s.Repository, Digest: s.Digest, ImageID: s.ImageID, Platform: s.Platform, Pod: s.Pod,
 	}
 	req.Pod.Namespace = ns
-	var password string
-	if p.cfg.SendCredentials && s.Credential != nil {
-		req.Credential, password = s.Credential, s.Credential.Password
+	if p.cfg.SendCredentials {
+		req.Credential = s.Credential
 	}
-	start := p.now()
-	resp, stderr, err := p.runner.run(ctx, req)
-	p.metrics.duration.WithLabelValues(p.cfg.Name).Observe(p.now().Sub(start).Seconds())
-	p.metrics.calls.WithLabelValues(p.cfg.Name, callResult(err)).Inc()
-	if len(stderr) > 0 && p.log.Enabled(ctx, slog.LevelDebug) {
-		p.log.DebugContext(ctx, "image policy plugin wrote to stderr", "plugin", p.cfg.Name, "image", s.Image, "stderr", execplugin.ForLog(stderr, password))
-	}
+	resp, err := p.Call(ctx, req)
 	if err != nil {
 		d := Decision{Provider: p.cfg.Name, Fault: err.Error(), FailurePolicy: p.cfg.FailurePolicy, Allowed: p.cfg.FailurePolicy == Ignore}
 		if !d.Allowed {
 			d.PodReason = fmt.Sprintf("image policy %s could not decide; refused (see the node's log)", p.cfg.Name)
 		}
-		p.log.WarnContext(ctx, "image policy plugin gave no verdict", "plugin", p.cfg.Name, "failurePolicy", p.cfg.FailurePolicy,
+		p.Log().WarnContext(ctx, "image policy plugin gave no verdict", "plugin", p.cfg.Name, "failurePolicy", p.cfg.FailurePolicy,
 			"allowed", d.Allowed, "image", s.Image, "namespace", ns, "err", err)
 		return d
 	}
@@ -619,9 +599,9 @@ func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string
 	if ttl > 0 {
 		p.storeMu.Lock()
 		if p.epoch.Load() == epoch {
-			d.CachedUntil = p.now().Add(ttl)
+			d.CachedUntil = p.Now().Add(ttl)
 			for _, k := range keys {
-				_ = p.cache.Put(authcache.Image, k, ns, d, ttl) // only an unknown key type fails
+				_ = p.Cache.Put(authcache.Image, k, ns, d, ttl) // only an unknown key type fails
 			}
 		}
 		p.storeMu.Unlock()
@@ -636,11 +616,11 @@ func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string
 // (faults, cacheDuration 0) are not bound; CreateContainer then asks the
 // plugins again.
 func (e *Engine) Bind(v Verdict, imageID string) {
-	set := e.set.Load()
+	set := e.current()
 	if !v.Allowed || imageID == "" || set.generation != v.generation {
 		return
 	}
-	now := e.clk.Now()
+	now := e.host.Clock().Now()
 	for _, d := range v.Decisions {
 		p := set.byName[d.Provider]
 		if p == nil || d.Fault != "" || d.CachedUntil.IsZero() {
@@ -650,7 +630,7 @@ func (e *Engine) Bind(v Verdict, imageID string) {
 			d.FromCache = false
 			p.storeMu.Lock()
 			if p.epoch.Load() == d.epoch { // not made before a change of the plugin's files
-				_ = p.cache.Put(authcache.Image, cacheKey(v.repository, imageID), v.Namespace, d, ttl)
+				_ = p.Cache.Put(authcache.Image, cacheKey(v.repository, imageID), v.Namespace, d, ttl)
 			}
 			p.storeMu.Unlock()
 		}

@@ -30,7 +30,7 @@ type fakeRunner struct {
 	release chan struct{} // when set, a run waits for it
 }
 
-func (f *fakeRunner) run(_ context.Context, req policyapi.ImagePolicyRequest) (*policyapi.ImagePolicyResponse, []byte, error) {
+func (f *fakeRunner) Run(_ context.Context, req policyapi.ImagePolicyRequest) (*policyapi.ImagePolicyResponse, []byte, error) {
 	f.mu.Lock()
 	f.asked = append(f.asked, req)
 	resp, err, release := f.resp, f.err, f.release
@@ -101,13 +101,13 @@ func newTestEngine(t *testing.T, cfg *Config) *testEngine {
 // fake puts fake runners in the current providers, keeping those of
 // providers already faked.
 func (te *testEngine) fake() {
-	for _, p := range te.set.Load().providers {
+	for _, p := range te.current().providers {
 		f, ok := te.runners[p.cfg.Name]
 		if !ok {
 			f = &fakeRunner{resp: testAllow}
 			te.runners[p.cfg.Name] = f
 		}
-		p.runner = f
+		p.Runner = f
 	}
 }
 
@@ -510,8 +510,13 @@ func TestMetricsRegistered(t *testing.T) {
 			t.Errorf("%s: %d series, want %d", name, n, want)
 		}
 	}
-	if got := testutil.ToFloat64(te.metrics.info.WithLabelValues("sha256:abc")); got != 1 {
-		t.Errorf("config info %v", got)
+	want := `
+# HELP cri_image_proxy_image_policy_config_info Hash of the image policy configuration in use, as a label.
+# TYPE cri_image_proxy_image_policy_config_info gauge
+cri_image_proxy_image_policy_config_info{hash="sha256:abc"} 1
+`
+	if err := testutil.GatherAndCompare(te.reg, strings.NewReader(want), "cri_image_proxy_image_policy_config_info"); err != nil {
+		t.Errorf("config info: %v", err)
 	}
 }
 

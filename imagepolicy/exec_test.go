@@ -82,7 +82,7 @@ echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","allowed":false,"podRea
 		t.Parallel()
 		reqFile := filepath.Join(t.TempDir(), "request.json")
 		p := testProvider("echo-request", []string{"secure"}, "registry.test")
-		p.SendCredentials, p.Env = true, []EnvVar{{"REQUEST_FILE", reqFile}}
+		p.SendCredentials, p.Env = true, []EnvVar{{Name: "REQUEST_FILE", Value: reqFile}}
 		var log bytes.Buffer
 		e, err := New(&Config{BinDir: dir, Hash: "h", Providers: []Provider{p}}, Options{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 		if err != nil {

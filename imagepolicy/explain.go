@@ -45,7 +45,7 @@ type ProviderExplanation struct {
 // Explain tells, for each provider, whether it applies to the subject and
 // what it has cached; it runs no plugin and changes nothing.
 func (e *Engine) Explain(s Subject) Explanation {
-	set := e.set.Load()
+	set := e.current()
 	ns := set.namespaceOf(&s)
 	info := set.repo(s.Repository)
 	s.Repository = info.canonical
@@ -73,7 +73,7 @@ func (e *Engine) Explain(s Subject) Explanation {
 				pe.Why = "its namespaces and matchImages cover the image"
 			}
 			for _, k := range keys {
-				if d, _, ok := p.cache.Get(k, ns); ok {
+				if d, _, ok := p.Cache.Get(k, ns); ok {
 					pe.Cached = &d
 					break
 				}

@@ -111,7 +111,7 @@ func (w *fileWatch) dirs() []string {
 // watchFiles, each once, sorted.
 func (e *Engine) WatchedDirs() []string {
 	var out []string
-	for _, p := range e.set.Load().providers {
+	for _, p := range e.current().providers {
 		out = append(out, p.watch.dirs()...)
 	}
 	slices.Sort(out)
@@ -126,13 +126,13 @@ func (e *Engine) WatchedDirs() []string {
 func (e *Engine) FileChanged(path string) []string {
 	path = filepath.Clean(path)
 	var dropped []string
-	for _, p := range e.set.Load().providers {
+	for _, p := range e.current().providers {
 		if !p.watch.changed(path) {
 			continue
 		}
 		n := p.dropVerdicts()
-		p.metrics.fileChanges.WithLabelValues(p.cfg.Name).Inc()
-		p.log.Info("image policy: a file of the plugin changed; its cached verdicts are dropped", "plugin", p.cfg.Name, "file", path, "dropped", n)
+		e.metrics.fileChanges.WithLabelValues(p.cfg.Name).Inc()
+		e.log.Info("image policy: a file of the plugin changed; its cached verdicts are dropped", "plugin", p.cfg.Name, "file", path, "dropped", n)
 		dropped = append(dropped, p.cfg.Name)
 	}
 	return dropped
@@ -144,5 +144,5 @@ func (p *provider) dropVerdicts() int {
 	p.storeMu.Lock()
 	defer p.storeMu.Unlock()
 	p.epoch.Add(1)
-	return p.cache.Clear()
+	return p.Cache.Clear()
 }
