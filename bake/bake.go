@@ -188,7 +188,7 @@ func RecordPreloaded(store *records.Store, results []Result, now time.Time) erro
 		if !ok {
 			continue
 		}
-		if err := store.RecordPull(r.ImageID, repo, ensure.Credential{Node: true}, "", now); err != nil {
+		if err := store.RecordPull(r.ImageID, repo, ensure.Credential{Node: true}, "", now, nil); err != nil {
 			return fmt.Errorf("record %s as preloaded: %w", r.Image, err)
 		}
 	}

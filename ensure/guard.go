@@ -28,8 +28,16 @@ type RecordStore interface {
 	// Intents lists the intents.
 	Intents() ([]Intent, error)
 	// RecordPull adds cred for repo to imageRef's record and drops the
-	// intent, atomically and durably.
-	RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error
+	// intent, atomically and durably. When imageRef had no record,
+	// preloaded (names the runtime listed the image under before the pull)
+	// become its preloaded names in the same write; else they are ignored.
+	RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string) error
+	// Preloaded returns the names imageRef was listed under before its
+	// first recorded pull (records.PreloadedName forms, sorted), nil when
+	// none. It must be cheap (memory only): it runs on ImageStatus and
+	// CreateContainer. It may miss a name (the name then needs
+	// verification), never invent one.
+	Preloaded(imageRef string) []string
 	// Forget deletes a record and reports whether there was one.
 	Forget(imageRef string) (bool, error)
 	// Counts returns the numbers of records and intents.

@@ -56,7 +56,7 @@ func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
 			keep = append(keep, in)
 			continue
 		default:
-			err = g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now())
+			err = g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now(), nil)
 			if err == nil {
 				g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
 				converted++

@@ -99,7 +99,7 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	ref := g.imageID(ctx, req.Image, pulled)
 	unlock := g.refs.lock(ref)
 	defer unlock()
-	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now()); err != nil {
+	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now(), nil); err != nil {
 		g.recordFailed(req.Image, repo, ref, intent, err)
 	} else {
 		g.settlePulled(req.Image)
@@ -211,7 +211,7 @@ func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, befor
 	case present && img.ID != before:
 		unlock := g.refs.lock(img.ID)
 		defer unlock()
-		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now()); err != nil {
+		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now(), nil); err != nil {
 			g.recordFailed(image, repo, img.ID, intent, err)
 			return
 		}

@@ -73,8 +73,8 @@ func (s watchedStore) DropIntent(id string) error {
 	return err
 }
 
-func (s watchedStore) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error {
-	err := s.RecordStore.RecordPull(imageRef, repo, cred, intentID, now)
+func (s watchedStore) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string) error {
+	err := s.RecordStore.RecordPull(imageRef, repo, cred, intentID, now, preloaded)
 	s.health.note(err)
 	return err
 }

@@ -24,8 +24,10 @@ type MemoryStore struct {
 	mu       sync.Mutex
 	records  map[string]*ensure.Record
 	verified map[string]time.Time // image ID, repository, credential key
-	intents  map[string]string
-	next     int
+	// preloaded are the images' preloaded names, sorted.
+	preloaded map[string][]string
+	intents   map[string]string
+	next      int
 	// Fail, when set, makes every call fail with it.
 	Fail error
 	// FailWrites, when set, makes RecordPull fail with it: the record
@@ -37,7 +39,7 @@ var _ ensure.RecordStore = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{records: map[string]*ensure.Record{}, verified: map[string]time.Time{}, intents: map[string]string{}}
+	return &MemoryStore{records: map[string]*ensure.Record{}, verified: map[string]time.Time{}, intents: map[string]string{}, preloaded: map[string][]string{}}
 }
 
 func (m *MemoryStore) Get(ref string) (*ensure.Record, error) {
@@ -111,7 +113,7 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time) error {
+func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time, preloaded []string) error {
 	if _, err := digest.Parse(ref); err != nil {
 		return fmt.Errorf("%w: %q", records.ErrInvalidImageRef, ref)
 	}
@@ -127,6 +129,16 @@ func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, inten
 	if r == nil {
 		r = &ensure.Record{ImageRef: ref, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
 		m.records[ref] = r
+		var names []string
+		for _, n := range preloaded {
+			if key, ok := records.PreloadedName(n); ok && !slices.Contains(names, key) {
+				names = append(names, key)
+			}
+		}
+		if len(names) > 0 {
+			slices.Sort(names)
+			m.preloaded[ref] = names
+		}
 	}
 	records.MergeCredential(r, repo, cred)
 	r.LastUpdatedTime = metav1.NewTime(now)
@@ -147,8 +159,17 @@ func (m *MemoryStore) VerifiedAt(ref, repo, key string) (time.Time, bool, error)
 	return t, ok, nil
 }
 
-// forgetVerified drops ref's verification times; m.mu is held.
+// Preloaded returns ref's preloaded names.
+func (m *MemoryStore) Preloaded(ref string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.preloaded[ref]
+}
+
+// forgetVerified drops ref's verification times and preloaded names; m.mu
+// is held.
 func (m *MemoryStore) forgetVerified(ref string) {
+	delete(m.preloaded, ref)
 	for k := range m.verified {
 		if strings.HasPrefix(k, ref+"\x00") {
 			delete(m.verified, k)

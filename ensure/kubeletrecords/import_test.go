@@ -24,7 +24,7 @@ func TestImport(t *testing.T) {
 	defer store.Close()
 	// The proxy already knows A, pulled by a secret of its own.
 	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	if err := store.RecordPull(idA, "registry.example/team-a/app", records.Credential{Hash: store.HashAuth(records.Auth{Username: "u", Password: "p"})}, "", now); err != nil {
+	if err := store.RecordPull(idA, "registry.example/team-a/app", records.Credential{Hash: store.HashAuth(records.Auth{Username: "u", Password: "p"})}, "", now, nil); err != nil {
 		t.Fatal(err)
 	}
 	recs, intents, rep, err := Read(kubeletDir(t, map[string]string{idA: "kubelet-v1beta1-record.json", idB: "kubelet-v1alpha1-record.json"},

@@ -18,6 +18,8 @@ var (
 	bucketRepos    = []byte("repos")    // repository -> how many records restrict it
 	bucketUpdated  = []byte("updated")  // compact image ID -> when its record last changed (version 2)
 	bucketVerified = []byte("verified") // image ID, repository, credential -> when it was last verified (version 3)
+	// image ID -> its names before its first recorded pull (version 4)
+	bucketPreloaded = []byte("preloaded")
 
 	keyVersion      = []byte("version")
 	keySalt         = []byte("salt")
@@ -127,14 +129,17 @@ func putRecord(tx *bolt.Tx, imageRef, data []byte, updated time.Time) error {
 	return updatedBucket(tx).Put(indexKey(imageRef), encodeTime(updated))
 }
 
-// delRecord deletes a record and its index entry; it reports whether there
-// was a record.
+// delRecord deletes a record, its index entry, its verification times and
+// its preloaded names; it reports whether there was a record.
 func delRecord(tx *bolt.Tx, imageRef []byte) (bool, error) {
 	found, err := del(tx, recordsBucket(tx), keyRecordsCount, imageRef)
 	if err != nil {
 		return false, err
 	}
 	if err := delVerified(tx, imageRef); err != nil {
+		return false, err
+	}
+	if err := delPreloaded(tx, imageRef); err != nil {
 		return false, err
 	}
 	return found, updatedBucket(tx).Delete(indexKey(imageRef))

@@ -93,6 +93,9 @@ func open(path string, opts Options) (*Store, error) {
 			if reposBucket(tx) == nil {
 				return errors.New("no repos bucket")
 			}
+			if err := s.preloaded.load(tx); err != nil {
+				return err
+			}
 			return s.repos.load(tx)
 		})
 	}

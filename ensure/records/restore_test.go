@@ -31,7 +31,7 @@ func TestRestore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordPull(refA, repoA, Credential{Hash: s.HashAuth(alice)}, "", t0); err != nil {
+		if err := s.RecordPull(refA, repoA, Credential{Hash: s.HashAuth(alice)}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
@@ -41,7 +41,7 @@ func TestRestore(t *testing.T) {
 		}
 		s, _ = Open(path, Options{})
 		for _, p := range []struct{ ref, repo string }{{refB, repoB}, {refA, repoMirror}} {
-			if err := s.RecordPull(p.ref, p.repo, Credential{Hash: s.HashAuth(alice)}, "", later); err != nil {
+			if err := s.RecordPull(p.ref, p.repo, Credential{Hash: s.HashAuth(alice)}, "", later, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
