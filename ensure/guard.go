@@ -162,8 +162,8 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 }
 
 // countedDecide is the Decider's decide, counted in the metrics.
-func (g *Guard) countedDecide(imageRef, repo string, names []string) decision {
-	d := g.decide(imageRef, repo, names)
+func (g *Guard) countedDecide(imageRef, repo, name string, names []string) decision {
+	d := g.decide(imageRef, repo, name, names)
 	g.metrics.checks.WithLabelValues(d.result).Inc()
 	return d
 }
