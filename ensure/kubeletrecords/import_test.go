@@ -32,7 +32,7 @@ func TestImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Import(store, recs, intents, notAsked(t))
+	res, err := Import(store, recs, nil, intents, notAsked(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestImport(t *testing.T) {
 	t.Run("a record that cannot be read stops the import before anything is written", func(t *testing.T) {
 		bad := &Record{ImageRef: "not-a-digest"}
 		bad.CredentialMapping = map[string]kubeletconfigv1beta1.ImagePullCredentials{"x": {}}
-		if _, err := Import(store, []*Record{bad}, []string{"never"}, notAsked(t)); err == nil {
+		if _, err := Import(store, []*Record{bad}, nil, []string{"never"}, notAsked(t)); err == nil {
 			t.Fatal("imported a record with an invalid image ID")
 		}
 		if in, _ := store.Intents(); len(in) != 1 {
@@ -154,7 +154,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := Import(store, recs, intents, onNode.images)
+		rep, err := Import(store, recs, nil, intents, onNode.images)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Import(store, recs, intents, noRuntime)
+		_, err = Import(store, recs, nil, intents, noRuntime)
 		if !errors.Is(err, ErrRepositoriesUnknown) || !strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("got %v, want ErrRepositoriesUnknown with the runtime's error", err)
 		}
@@ -217,7 +217,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Import(store, recs, intents, notAsked(t)); err != nil {
+		if _, err := Import(store, recs, nil, intents, notAsked(t)); err != nil {
 			t.Fatal(err)
 		}
 	})

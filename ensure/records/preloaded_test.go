@@ -157,3 +157,27 @@ func TestPreloadedName(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodePreloaded: a stored value never panics the decoder; what
+// decodes belongs to its key and encodes back to the same names.
+func FuzzDecodePreloaded(f *testing.F) {
+	f.Add([]byte(refA), []byte(`{"kind":"ImagePreloadedRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","lastUpdatedTime":"2026-11-22T00:00:00Z","imageRef":"`+refA+`","observedImages":{"r.test/team/base:node":{}}}`))
+	f.Add([]byte(refA), []byte(`{"imageRef":"x","observedImages":{"a":{"b":1}}}`))
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		r, err := decodePreloaded(key, value)
+		if err != nil {
+			return
+		}
+		if r.ImageRef != string(key) {
+			t.Fatalf("decoded a record of %q under %q", r.ImageRef, key)
+		}
+		data, err := encodePreloaded(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := decodePreloaded(key, data)
+		if err != nil || !slices.Equal(again.Names(), r.Names()) {
+			t.Fatalf("re-encoded: %v, %v", again, err)
+		}
+	})
+}
