@@ -287,6 +287,9 @@ makes an image pulled since it was taken pass for a preloaded one. Name the imag
 are preloaded with --preloaded (a name: that repository of the image; an ID: the whole image) or
 --preloaded-from (a file, one a line, # comments): they are left as the backup has them.
 
+The names images on the node had before their first recorded pull (their preloaded names) are
+carried from the database it replaces: they stay free to all pods, whatever the backup's age.
+
 The backup is checked, copied beside the database, migrated and marked there, synced, then
 renamed over the database; the file it replaces is kept beside it as
 <database>.before-restore-<time>. Nothing changes if the runtime cannot be asked, a --preloaded
@@ -336,6 +339,9 @@ holds are settled then, as after a crash.`,
 			}
 			if rep.Intents > 0 {
 				fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
+			}
+			if rep.Preloaded > 0 {
+				fmt.Fprintf(out, "the preloaded names of %d image(s) on the node, from the database it replaced, carried over: they stay free to all pods\n", rep.Preloaded)
 			}
 			if rep.IntentsLost != "" {
 				fmt.Fprintf(out, "the pull intents of the database it replaced could not be read (%s) and were forgotten, as --forget-unreadable-intents asked\n", rep.IntentsLost)
