@@ -478,6 +478,9 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			} else {
 				fmt.Fprintf(out, "record:      none\n")
 			}
+			if len(e.Preloaded) > 0 {
+				fmt.Fprintf(out, "preloaded:   %s (listed so before its first recorded pull)\n", strings.Join(e.Preloaded, ", "))
+			}
 			for _, v := range e.Verifications {
 				by := "the registry"
 				if v.Vouched {
