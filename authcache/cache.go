@@ -188,6 +188,15 @@ func (c *Cache[V]) Purge() int {
 	return c.purgeLocked(now)
 }
 
+// Clear drops every entry and returns how many there were.
+func (c *Cache[V]) Clear() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.entries)
+	clear(c.entries)
+	return n
+}
+
 // Len returns the number of entries, expired ones included.
 func (c *Cache[V]) Len() int {
 	c.mu.Lock()

@@ -191,3 +191,19 @@ func BenchmarkGetHit(b *testing.B) {
 		}
 	}
 }
+
+func TestClearDropsEveryEntry(t *testing.T) {
+	t.Parallel()
+	c := New[string](Options{Clock: testclock.NewFakeClock(t0)})
+	for _, kt := range []KeyType{Image, Registry, Global} {
+		if err := c.Put(kt, "reg.io/team/app", "", string(kt), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Clear(); n != 3 || c.Len() != 0 {
+		t.Errorf("Clear() = %d, Len() = %d after; want 3, 0", n, c.Len())
+	}
+	if _, _, found := c.Get("reg.io/team/app", ""); found {
+		t.Error("an entry survived Clear")
+	}
+}

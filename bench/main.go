@@ -238,7 +238,8 @@ func (e *benchEnv) close() {
 func (e *benchEnv) describe() string {
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	return fmt.Sprintf("host %s, %d rounds of %.1fs per arm, load average at the end: %s", host, e.opts.rounds, e.opts.seconds, strings.TrimSpace(string(load)))
+	return fmt.Sprintf("host %s, %s (CONTAINERD=%s), %d rounds of %.1fs per arm, load average at the end: %s",
+		host, e.rig.Runtime.Name, e.rig.Runtime.Line, e.opts.rounds, e.opts.seconds, strings.TrimSpace(string(load)))
 }
 
 func dialCRI(endpoint string) (*grpc.ClientConn, error) {

@@ -30,6 +30,7 @@ func measurements(o options) []measurement {
 		injectionScenarios(),                 // inject.go
 		ensureScenarios(),                    // ensure.go
 		[]measurement{registryCheckScenario}, // registrycheck.go
+		[]measurement{layerProofScenario},    // layerproof.go
 		pullCostScenarios(),                  // pullcost.go
 		policyScenarios(),                    // imagepolicy.go
 		[]measurement{guardCostMeasurement},  // imagepolicy.go

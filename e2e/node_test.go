@@ -89,7 +89,8 @@ var nodeScenarios = []nodeScenario{
 	kubeletRestartScenario,  // 21, node_faults_test.go
 	mirrorScenario,          // 22, node_registrycheck_test.go
 	manifestOnlyScenario,    // 23
-	preloadedScenario,       // 24, node_preloaded_test.go
+	forgedConfigScenario,    // 24
+	preloadedScenario,       // 25, node_preloaded_test.go
 }
 
 // title is the scenario's subtest name and row: its number, then its name.

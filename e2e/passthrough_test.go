@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -321,6 +324,126 @@ func TestStreamsThroughTheProxy(t *testing.T) {
 			t.Errorf("event types differ: direct %v, proxied %v", want, seen)
 		}
 		t.Logf("%s stream: pod %s events %v", s.name, podID[:12], seen)
+	}
+}
+
+// TestListStreamsAnswerAsTheRuntimeDoes: containerd 2.4 serves
+// server-streaming variants of the CRI list calls (StreamPodSandboxes,
+// StreamContainers, StreamImages; cri-api 0.36), which 2.3 and 1.6 answer
+// Unimplemented. Through the proxy each answers as directly: the same code,
+// and where the runtime streams, the same pods, containers and images, among
+// them the ones the test made first (so that an empty answer both ways
+// cannot pass).
+func TestListStreamsAnswerAsTheRuntimeDoes(t *testing.T) {
+	needRig(t)
+	img := testRig.AnonRegistry + "/" + rig.BusyboxImage
+	mustCrictl(t, direct(), "pull", img)
+	conn, err := dialCRI(direct())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: img}})
+	if err != nil || st.GetImage() == nil {
+		t.Fatalf("ImageStatus %s: %v (present: %v)", img, err, st.GetImage() != nil)
+	}
+	imageID := st.GetImage().GetId()
+	pod := podConfig(t, "liststreams", "liststreams-uid", true)
+	podID := strings.TrimSpace(mustCrictl(t, direct(), "runp", pod))
+	t.Cleanup(func() {
+		crictl(t, direct(), "stopp", podID)
+		crictl(t, direct(), "rmp", podID)
+	})
+	ctrID := strings.TrimSpace(mustCrictl(t, direct(), "create", podID, containerConfig(t, "liststreams", img, "sleep 60"), pod))
+
+	// drain reads a stream to its end: the IDs it listed, sorted, or the
+	// code and message it ended with.
+	drain := func(recv func() ([]string, error)) (ids []string, ended string) {
+		for {
+			batch, err := recv()
+			if err == io.EOF {
+				sort.Strings(ids)
+				return ids, ""
+			}
+			if err != nil {
+				st := status.Convert(err)
+				return nil, st.Code().String() + ": " + st.Message()
+			}
+			ids = append(ids, batch...)
+		}
+	}
+	calls := []struct {
+		name string
+		made string
+		list func(ctx context.Context, conn *grpc.ClientConn) (recv func() ([]string, error), err error)
+	}{
+		{"StreamPodSandboxes", podID, func(ctx context.Context, conn *grpc.ClientConn) (func() ([]string, error), error) {
+			c, err := runtimeapi.NewRuntimeServiceClient(conn).StreamPodSandboxes(ctx, &runtimeapi.StreamPodSandboxesRequest{})
+			return func() ([]string, error) {
+				r, err := c.Recv()
+				var ids []string
+				for _, p := range r.GetPodSandboxes() {
+					ids = append(ids, p.GetId())
+				}
+				return ids, err
+			}, err
+		}},
+		{"StreamContainers", ctrID, func(ctx context.Context, conn *grpc.ClientConn) (func() ([]string, error), error) {
+			c, err := runtimeapi.NewRuntimeServiceClient(conn).StreamContainers(ctx, &runtimeapi.StreamContainersRequest{})
+			return func() ([]string, error) {
+				r, err := c.Recv()
+				var ids []string
+				for _, c := range r.GetContainers() {
+					ids = append(ids, c.GetId())
+				}
+				return ids, err
+			}, err
+		}},
+		{"StreamImages", imageID, func(ctx context.Context, conn *grpc.ClientConn) (func() ([]string, error), error) {
+			c, err := runtimeapi.NewImageServiceClient(conn).StreamImages(ctx, &runtimeapi.StreamImagesRequest{})
+			return func() ([]string, error) {
+				r, err := c.Recv()
+				var ids []string
+				for _, i := range r.GetImages() {
+					ids = append(ids, i.GetId())
+				}
+				return ids, err
+			}, err
+		}},
+	}
+	for _, call := range calls {
+		t.Run(call.name, func(t *testing.T) {
+			var ids [2][]string
+			var ended [2]string
+			for i, ep := range []string{direct(), proxied()} {
+				conn, err := dialCRI(ep)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				recv, err := call.list(ctx, conn)
+				if err != nil {
+					recv = func() ([]string, error) { return nil, err }
+				}
+				ids[i], ended[i] = drain(recv)
+			}
+			if ended[0] != ended[1] {
+				t.Fatalf("direct ended %q, proxied %q", ended[0], ended[1])
+			}
+			if ended[0] != "" {
+				t.Logf("%s answers %s both ways", testRig.Runtime.Name, ended[0])
+				return
+			}
+			if !slices.Contains(ids[0], call.made) {
+				t.Fatalf("the runtime's stream lacks %s, which the test made: %v", call.made, ids[0])
+			}
+			if !slices.Equal(ids[0], ids[1]) {
+				t.Errorf("listed differently:\ndirect:  %v\nproxied: %v", ids[0], ids[1])
+			}
+			t.Logf("%s streams %d both ways", testRig.Runtime.Name, len(ids[0]))
+		})
 	}
 }
 

@@ -22,9 +22,10 @@ import (
 // `crictl info` through the proxy is false (RecordsDatabaseNotWritable),
 // /readyz fails and cri_image_proxy_ensure_records_writable is 0; no image
 // pulled meanwhile is shown to a tenant without credentials or gives it a
-// container. Once space is freed, all of it recovers by itself: a GC run
-// (every 2 s here) writes, with no pull; nothing is shown to the tenant
-// then either, the next pull succeeds and the puller re-uses.
+// container. Once space is freed, all of it recovers by itself, with no
+// pull (the proxy's write probe, or a GC run, every 2 s here: the probe
+// alone is TestARecordsDatabaseMendsItselfWithoutAPull); nothing is shown
+// to the tenant then either, the next pull succeeds and the puller re-uses.
 func TestARecordsDatabaseThatFillsUpSaysSoAndRecovers(t *testing.T) {
 	needRig(t)
 	const name = "full-db"

@@ -29,8 +29,12 @@ func TestRecordsRestore(t *testing.T) {
 	p := startEnsureProxy(t, "restore")
 	older, since, preloaded := testRig.Registry+"/restore/older:v1", testRig.Registry+"/restore/since:v1", testRig.Registry+"/restore/preloaded:v1"
 	for _, img := range []string{older, since, preloaded} {
+		// Images of a layer of their own: a base layer shared with A's
+		// private image would make the proxy take an image pulled around it
+		// since for one that came with another tenant's content (which the
+		// control means to show it cannot tell without the records).
 		ref := strings.TrimPrefix(img, testRig.Registry+"/")
-		if _, err := testRig.PushBusybox(ref, "restore "+ref); err != nil {
+		if _, err := testRig.PushMarker(ref, "restore "+ref); err != nil {
 			t.Fatal(err)
 		}
 		crictl(t, direct(), "rmi", img)

@@ -73,11 +73,15 @@ func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Imag
 		// proxy cannot see. The kubelet only creates from images it found
 		// present, so this refuses nothing it does.
 		g.refused(ctx, pod, use, "", "not an image of the node: a checkpoint archive's base image cannot be checked")
-		return refusal(shown, pod)
+		return fmt.Errorf("image %q for pod %s: %w: not an image of the node; what it holds cannot be checked", shown, pod, errdefs.ErrPermissionDenied)
 	default:
 		// An image volume the runtime does not have, or cannot parse: its
 		// CreateContainer refuses with its own error.
 		return nil
+	}
+	if arrived, why := g.arrivedAroundTheProxy(ctx, img); arrived {
+		g.refused(ctx, pod, use, ref, why)
+		return refusal(shown, pod)
 	}
 	d := g.countedDecide(ref, repo, g.askedName(use.Image, repo), img.Names)
 	if !d.verify || g.grants.has(pod.UID, ref) {
@@ -95,9 +99,14 @@ func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Imag
 }
 
 // refusal is what a refused pod's owner reads (an event, crictl): the
-// image as the pod named it, never its ID or the rule.
+// image as the pod named it, never its ID or the rule. What it says holds
+// for every refusal of ensure at create: an image pulled with another
+// tenant's credential, one a pull left that the registry did not verify
+// (a failed, cut or aborted pull, anonymous or not), a record past its
+// age: the pod runs it once its own pull is accepted by the registry,
+// anonymous when the image is public.
 func refusal(shown string, pod Pod) error {
-	return fmt.Errorf("image %q for pod %s: %w: it must be pulled with credentials the registry accepts", shown, pod, errdefs.ErrPermissionDenied)
+	return fmt.Errorf("image %q for pod %s: %w: it runs only after a pull for this pod that the registry accepts", shown, pod, errdefs.ErrPermissionDenied)
 }
 
 // refused counts and logs a refused image use for the operator: the image

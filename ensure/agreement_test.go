@@ -124,10 +124,9 @@ func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 		{"past the age of its repository's pattern", &ensure.Expiry{Default: 100 * time.Hour, ByRepository: []ensure.RepositoryAge{{Pattern: "registry.test/team-a", MaxAge: time.Minute}}}, -time.Hour},
 	}
 	type waiter struct {
-		name     string
-		pod      *corev1.Pod
-		noAPI    bool // the proxy runs without the kubernetes section
-		podCreds string
+		name  string
+		pod   *corev1.Pod
+		noAPI bool // the proxy runs without the kubernetes section
 	}
 	entitledPod := func(policy corev1.PullPolicy) *corev1.Pod {
 		p := policyPod("ns-a", "tenant-a", "uid-a", "sa-a", private, policy, "sec-a")

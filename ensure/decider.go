@@ -199,6 +199,11 @@ func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
 		}
 		return decision{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
 	}
+	if len(mapping.KubernetesSecrets) == 0 && len(mapping.KubernetesServiceAccounts) == 0 {
+		// Recorded with no credential: a pull that failed, was cut or was
+		// aborted left it (anonymous or not), unverified by the registry.
+		return decision{true, resultMustAuth, repo + " arrived by a pull the registry did not verify (failed, cut or aborted)"}
+	}
 	return decision{true, resultMustAuth, repo + " was pulled with credentials"}
 }
 

@@ -82,5 +82,10 @@
 // credentials is its puller's (Decider.decide, Guard.listedBefore).
 //
 // The records database is package records (ensure/records): its layout,
-// migrations and durability are documented there.
+// migrations and durability are documented there. A write that fails (a
+// full or read-only filesystem) makes the guard not Ready and its records
+// condition false until a write succeeds; meanwhile MendWrites probes the
+// database with a write that changes no record (records.Store.ProbeWrite),
+// backing off to one every 5 s, so that the guard is Ready again within
+// seconds of the fix, with no pull. While writes succeed nothing probes.
 package ensure

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,13 @@ type Explanation struct {
 	PodGranted  bool   `json:"podGranted"`
 
 	Verdict string `json:"verdict"`
+
+	// Layers are the image's layers (diff_ids) as the proxy knows them,
+	// and when it first knew them (its pull, or its first sighting on
+	// the node); nil when it does not.
+	Layers     []string   `json:"layers,omitempty"`
+	LayersSeen *time.Time `json:"layersSeen,omitempty"`
+	Vouched    []string   `json:"vouchedBy,omitempty"` // repositories of the record that vouched for every layer
 
 	// Verifications are the registry's last word on the credentials the
 	// daemon recorded for the image, by repository: which endpoint
@@ -89,6 +97,21 @@ func (d *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
+		if l, ok := d.store.Layers(e.ImageRef); ok {
+			seen := l.Seen
+			e.LayersSeen = &seen
+			for _, diff := range l.DiffIDs {
+				e.Layers = append(e.Layers, diff.String())
+			}
+			if e.Record != nil {
+				for repo := range e.Record.CredentialMapping {
+					if d.vouchedForAll(repo, e.ImageRef, l) {
+						e.Vouched = append(e.Vouched, repo)
+					}
+				}
+				slices.Sort(e.Vouched)
+			}
+		}
 	}
 	if !e.Present {
 		e.Verdict = "not present: a pod pulls it, and the registry checks its credentials"
@@ -112,4 +135,15 @@ func (d *Decider) explain(ctx context.Context, image, podUID string, granted fun
 	b.WriteString(dec.rule)
 	e.Verdict = b.String()
 	return e, nil
+}
+
+// vouchedForAll reports whether repo vouched for every layer of imageRef
+// in its pull.
+func (d *Decider) vouchedForAll(repo, imageRef string, l ImageLayers) bool {
+	for _, diff := range l.DiffIDs {
+		if ok, err := d.store.Vouched(repo, diff, imageRef); err != nil || !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package ensure_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,10 +42,50 @@ type fakeNode struct {
 	// afterStatus, when set, runs after each ImageStatus answered, outside
 	// the node's lock: a test's way to make something happen right then.
 	afterStatus func(resp *runtimeapi.ImageStatusResponse)
+	// layers are each image's diff_ids (default: one of its own, see
+	// layersOf); holds the layers each repository serves the bytes of
+	// (default: those of the images it serves); noConfig makes verbose
+	// ImageStatus give no config (a runtime that does not say).
+	layers   map[string][]digest.Digest
+	holds    map[string]map[digest.Digest]bool
+	noConfig bool
+	proofs   int // layers fetched for a proof
+	// duringPull, when set, runs while the runtime pulls, outside the lock;
+	// afterPull when a pull stored its image.
+	duringPull func()
+	afterPull  func(id string)
+}
+
+// layersOf is image id's diff_ids; n.mu is held.
+func (n *fakeNode) layersOf(id string) []digest.Digest {
+	if l, ok := n.layers[id]; ok {
+		return l
+	}
+	return []digest.Digest{digest.FromString("diff of " + id)}
+}
+
+// withLayers makes image id hold the layers given (its config's diff_ids).
+func (n *fakeNode) withLayers(id string, diffIDs ...digest.Digest) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.layers[id] = diffIDs
+}
+
+// serveBytes makes repository repo serve the bytes of the layers given.
+func (n *fakeNode) serveBytes(repo string, diffIDs ...digest.Digest) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.holds[repo] == nil {
+		n.holds[repo] = map[digest.Digest]bool{}
+	}
+	for _, d := range diffIDs {
+		n.holds[repo][d] = true
+	}
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{local: map[string]*runtimeapi.Image{}, remote: map[string]string{}, allowed: map[string]map[string]bool{}, sandboxes: map[string]string{}}
+	return &fakeNode{local: map[string]*runtimeapi.Image{}, remote: map[string]string{}, allowed: map[string]map[string]bool{}, sandboxes: map[string]string{},
+		layers: map[string][]digest.Digest{}, holds: map[string]map[digest.Digest]bool{}}
 }
 
 func norm(s string) string {
@@ -64,6 +106,12 @@ func (n *fakeNode) serve(image, id string, creds ...string) {
 	for _, c := range creds {
 		n.allowed[repo.Name()][c] = true
 	}
+	if n.holds[repo.Name()] == nil {
+		n.holds[repo.Name()] = map[digest.Digest]bool{}
+	}
+	for _, d := range n.layersOf(id) {
+		n.holds[repo.Name()][d] = true
+	}
 }
 
 // preload puts image on the node without any pull (baked in the node image).
@@ -81,6 +129,15 @@ func (n *fakeNode) store(ref, id string) {
 
 func (n *fakeNode) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
 	resp, err := n.imageStatus(req)
+	if err == nil && req.GetVerbose() && resp.GetImage() != nil {
+		n.mu.Lock()
+		if !n.noConfig {
+			info, _ := json.Marshal(map[string]any{"chainID": "sha256:x", "imageSpec": map[string]any{
+				"rootfs": map[string]any{"type": "layers", "diff_ids": n.layersOf(resp.Image.Id)}}})
+			resp = &runtimeapi.ImageStatusResponse{Image: resp.Image, Info: map[string]string{"info": string(info)}}
+		}
+		n.mu.Unlock()
+	}
 	n.mu.Lock()
 	after := n.afterStatus
 	n.mu.Unlock()
@@ -134,6 +191,12 @@ func (n *fakeNode) ListImages(context.Context, *runtimeapi.ListImagesRequest, ..
 
 func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	n.mu.Lock()
+	during := n.duringPull
+	n.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.requests++
 	ref := norm(req.GetImage().GetImage())
@@ -155,6 +218,11 @@ func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest
 	}
 	if img := n.local[id]; !slices.Contains(img.RepoDigests, named.Name()+"@"+manifestDigest(id)) {
 		img.RepoDigests = append(img.RepoDigests, named.Name()+"@"+manifestDigest(id))
+	}
+	if after := n.afterPull; after != nil {
+		n.mu.Unlock()
+		after(id)
+		n.mu.Lock()
 	}
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
 }
@@ -266,7 +334,7 @@ func (n *fakeNode) setStatusErr(err error) {
 
 // Check is the registry's own word (ensure.RegistryCheck): the image's
 // registry, never the mirror, resolves the name for the credential.
-func (n *fakeNode) Check(_ context.Context, r registry.Request) (registry.Result, error) {
+func (n *fakeNode) Check(ctx context.Context, r registry.Request) (registry.Result, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.checks++
@@ -290,10 +358,61 @@ func (n *fakeNode) Check(_ context.Context, r registry.Request) (registry.Result
 		ManifestDigest: digest.Digest(manifestDigest(id)), ImageManifest: digest.Digest(manifestDigest(id)), ConfigDigest: digest.Digest(id),
 		CredentialKind: r.Credential.Kind(), BlobsChecked: 2, Requests: 3,
 		Blobs: []digest.Digest{digest.Digest(id), digest.FromString("layer of " + id)}}
+	for _, d := range n.layersOf(id) {
+		res.Layers = append(res.Layers, registry.Layer{Blob: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromString("blob of " + d.String())}, DiffID: d})
+	}
 	if r.ImageID != "" && r.ImageID != id {
 		return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the tag moved"}
 	}
+	// The rest runs outside the lock: the hooks ask the node.
+	n.mu.Unlock()
+	defer n.mu.Lock()
+	if r.Pulled != nil {
+		// Beside the runtime's pull: the registry's word first, then what
+		// the runtime holds must be what it names.
+		if r.Resolved != nil {
+			if err := r.Resolved(ctx, res.ManifestDigest); err != nil {
+				return res, err
+			}
+		}
+		p, err := r.Pulled(ctx)
+		if err != nil {
+			return res, err
+		}
+		if !slices.Contains(p.ManifestDigests, res.ManifestDigest) {
+			return res, &registry.Error{Kind: registry.ErrMoved, Endpoint: res.Endpoint, Reason: "the image changed while it was pulled"}
+		}
+	}
+	if r.ProveLayers == nil {
+		return res, nil
+	}
+	want, err := r.ProveLayers(ctx, digest.Digest(id), res.Layers)
+	if err != nil {
+		return res, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proveLocked(named.Name(), res, want)
+}
+
+// proveLocked serves the layers want of repo's bytes, as a proof; n.mu is
+// held.
+func (n *fakeNode) proveLocked(repo string, res registry.Result, want []digest.Digest) (registry.Result, error) {
+	for _, d := range want {
+		n.proofs++
+		if !n.holds[repo][d] {
+			return res, &registry.Error{Kind: registry.ErrDenied, Endpoint: res.Endpoint, Reason: "a layer's bytes are not its content"}
+		}
+		res.Proven = append(res.Proven, d)
+		res.ProvenBytes += 100
+	}
 	return res, nil
+}
+
+func (n *fakeNode) layerProofs() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proofs
 }
 
 // manifestDigest is the manifest digest the fake registry serves image id

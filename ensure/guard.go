@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	digest "github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
@@ -52,6 +53,31 @@ type RecordStore interface {
 	// not accessible to every pod. It may err towards true, never towards
 	// false. It must be cheap: it runs on every ImageStatus.
 	Restricted(repo string) bool
+	LayerStore
+}
+
+// LayerStore is what the decisions about shared layers read and write:
+// which images hold a layer (a runtime shares layers by diff_id), since
+// when the proxy knows each, and which repositories vouched for a layer.
+// Layers and LayerHolders are read on the CRI path: memory only.
+type LayerStore interface {
+	// Layers returns what is known of an image's layers; false for nothing.
+	Layers(imageRef string) (ImageLayers, bool)
+	// LayerHolders returns the images known to hold the layer.
+	LayerHolders(diffID digest.Digest) []string
+	// NoteLayers keeps an image's layers, first seen at seen, unless they
+	// are known already.
+	NoteLayers(imageRef string, diffIDs []digest.Digest, seen time.Time) error
+	// RecordVerifiedPull is RecordPull for a pull whose every layer repo
+	// vouched for: it also keeps the image's layers and repo's word for
+	// each, in the same transaction (and preloaded, as RecordPull).
+	RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error
+	// Vouched reports whether repo vouched for the layer in the verified
+	// pull of imageRef ("": any image) that still has its record.
+	Vouched(repo string, diffID digest.Digest, imageRef string) (bool, error)
+	// ForgetLayers drops the layers of images keep refuses that have no
+	// record.
+	ForgetLayers(keep func(imageRef string) bool) (int, error)
 }
 
 var _ RecordStore = (*records.Store)(nil)
@@ -100,7 +126,13 @@ type Guard struct {
 	verifications *verificationTable
 	hidden        *hideTable
 	// refs order a pull's record against RemoveImage's forget.
-	refs     *refLocks
+	refs *refLocks
+	// flights are the pulls in flight whose layers the registry check read.
+	flights *layerFlights
+	// started is when the guard was made; observed says the node's images
+	// then have been seen (ObserveLayers): see sighting.
+	started  time.Time
+	observed atomic.Bool
 	metrics  *metrics
 	clock    clock.PassiveClock
 	grace    time.Duration
@@ -122,7 +154,7 @@ type Guard struct {
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		grants: newGrantTable(), refs: newRefLocks(),
+		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry,
 	}
 	g.writes = &writeHealth{}
@@ -140,6 +172,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		g.clock = clock.RealClock{}
 	}
 	g.Decider.now = g.clock.Now
+	g.started = g.clock.Now()
 	if g.grace <= 0 {
 		g.grace = 10 * time.Minute
 	}

@@ -482,7 +482,7 @@ func TestCreateContainer(t *testing.T) {
 				t.Errorf("the tenant's error says %q: %v", secret, err)
 			}
 		}
-		if !strings.Contains(err.Error(), "must be pulled with credentials the registry accepts") {
+		if !strings.Contains(err.Error(), "it runs only after a pull for this pod that the registry accepts") {
 			t.Errorf("the error does not say what to do: %v", err)
 		}
 		if log := s.log.String(); !strings.Contains(log, "container refused") || !strings.Contains(log, refApp) || !strings.Contains(log, "was pulled with credentials") {

@@ -30,6 +30,11 @@ type ImagePolicy interface {
 	// repository ("" unknown) for namespace ("" the default), running no
 	// plugin.
 	Applies(namespace, repository string) bool
+	// NoMatchPolicy is what namespace ("" the default) does with an image
+	// no provider applies to: Allow, Warn (allowed and counted) or Deny.
+	// Decide applies it; a caller asks it only to skip work (a registry or
+	// runtime question) when nothing can refuse or be counted.
+	NoMatchPolicy(namespace string) imagepolicy.NoMatchPolicy
 }
 
 // policyGate is image policy on the CRI path, shared by the Guard and, with
@@ -116,6 +121,18 @@ func (p *policyGate) pull(ctx context.Context, image string, pod Pod, cred regis
 	return v, nil
 }
 
+// nameDecides reports whether a pull of image for pod is decided on the
+// name alone: a policy is configured, the name names a repository, and no
+// provider applies to it in the pod's namespace (its no-match policy
+// decides, with no question to the registry).
+func (p *policyGate) nameDecides(pod Pod, image string) bool {
+	if p == nil {
+		return false
+	}
+	repo := p.repository(image)
+	return repo != "" && !p.policy.Applies(pod.Namespace, repo)
+}
+
 // bind carries an allowed pull's verdict over to the image ID it produced.
 func (p *policyGate) bind(v imagepolicy.Verdict, imageID string) {
 	if p != nil {
@@ -146,7 +163,7 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 	switch {
 	case resolveErr != nil && !runtimeAnswered(resolveErr, use.Image.Name):
 		if !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
-			return nil
+			return p.uncovered(ctx, pod, use)
 		}
 		p.log.WarnContext(ctx, "image policy: the runtime cannot answer which image a container uses; refused until it can",
 			"image", shown, "field", use.Field, "pod", pod.String(), "err", resolveErr)
@@ -155,8 +172,11 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 		// An image volume the runtime does not have is refused by the
 		// runtime itself. A container's image that is no image of the node
 		// may be a checkpoint archive, whose base image cannot be seen.
-		if use.Field != "image" || !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
+		if use.Field != "image" {
 			return nil
+		}
+		if !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
+			return p.uncovered(ctx, pod, use)
 		}
 		p.log.InfoContext(ctx, "image policy: container refused: not an image of the node, its image policy cannot be checked",
 			"image", shown, "field", use.Field, "pod", pod.String())
@@ -177,6 +197,22 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 		// policy's short reason; the engine logged the operator's.
 		return fmt.Errorf("image %q for pod %s: %w", shown, pod, v.Err())
 	})
+}
+
+// uncovered decides an image use no provider applies to, by what its name
+// says (the runtime could not tell which image it is, or holds none): the
+// namespace's no-match policy allows it, warns, or refuses it.
+func (p *policyGate) uncovered(ctx context.Context, pod Pod, use ImageUse) error {
+	call := imagepolicy.CallCreateContainer
+	if use.Field != "image" {
+		call = imagepolicy.CallImageVolume
+	}
+	s := imagepolicy.Subject{Call: call, Image: use.shown(), Repository: p.repositoryOfUse(use), Platform: nodePlatform, Pod: p.policyPod(pod)}
+	v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
+	if v.Allowed {
+		return nil
+	}
+	return fmt.Errorf("image %q for pod %s: %w", use.shown(), pod, v.Err())
 }
 
 // eachRepository calls f for each repository img is decided as, with the

@@ -168,6 +168,7 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	if records, err = g.prune(images, until); err != nil {
 		return 0, 0, err
 	}
+	g.observeLayers(ctx, images, observeLimit)
 	alive, err := g.runtime.PodUIDs(ctx)
 	if err != nil {
 		return records, 0, fmt.Errorf("gc: list pod sandboxes: %w", err)
@@ -181,6 +182,10 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	debug.FreeOSMemory()
 	return records, grants, nil
 }
+
+// observeLimit bounds the images a GC run asks the runtime the layers of
+// (a verbose ImageStatus each); the rest wait for the next run.
+const observeLimit = 256
 
 // Run collects garbage every interval until ctx is done.
 func (g *Guard) Run(ctx context.Context, interval time.Duration) {

@@ -20,6 +20,7 @@ type metrics struct {
 	pulls     *prometheus.CounterVec // result
 	denials   prometheus.Counter
 	recordErr prometheus.Counter
+	arrivals  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func() int, available, writable func() bool) (*metrics, error) {
@@ -33,6 +34,7 @@ func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func
 		pulls:     prometheus.NewCounterVec(opts("verification_pulls_total", "PullImage calls forwarded to the runtime (the registry checks the credential), by result."), []string{"result"}),
 		denials:   prometheus.NewCounter(opts("createcontainer_denials_total", "CreateContainer calls refused: the image needs verification and the pod has none.")),
 		recordErr: prometheus.NewCounter(opts("record_write_errors_total", "Pulls whose intent (the pull is then refused) or record (the intent stays: the image needs verification) could not be written.")),
+		arrivals:  prometheus.NewCounter(opts("arrived_images_total", "Images found with no record that hold a layer private on the node since before the proxy first saw them (pulled around the proxy, or left by a refused pull): tracked as pulled with no verified credential.")),
 	}
 	if reg == nil {
 		return m, nil
@@ -41,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cri_image_proxy", Subsystem: "ensure", Name: name, Help: help}, f)
 	}
 	for _, c := range []prometheus.Collector{
-		m.checks, m.hidden, m.reuses, m.pulls, m.denials, m.recordErr,
+		m.checks, m.hidden, m.reuses, m.pulls, m.denials, m.recordErr, m.arrivals,
 		gauge("ondisk_pulledrecords", "Image records in the database.", func() float64 { r, _ := counts(); return float64(r) }),
 		gauge("ondisk_pullintents", "Pull intents in the database (pulls in flight, or left by a crash until the next start).", func() float64 { _, i := counts(); return float64(i) }),
 		gauge("pod_grants", "Images granted to pods, in memory.", func() float64 { return float64(grants()) }),

@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -22,15 +23,21 @@ import (
 // runtime.
 type PolicyHooks struct {
 	gate     *policyGate
-	registry RegistryCheck
+	registry registryResolver
 	runtime  Runtime
 	log      *slog.Logger
 	names    imageref.Names
 }
 
+// registryResolver asks an image's registry which digest a name resolves
+// to, for a credential; *registry.Checker is the real one.
+type registryResolver interface {
+	Check(ctx context.Context, r registry.Request) (registry.Result, error)
+}
+
 // NewPolicyHooks returns the hooks of policy, asking reg for the digest a
 // pull resolves to and rt which image a container uses.
-func NewPolicyHooks(policy ImagePolicy, reg RegistryCheck, rt Runtime, log *slog.Logger) *PolicyHooks {
+func NewPolicyHooks(policy ImagePolicy, reg registryResolver, rt Runtime, log *slog.Logger) *PolicyHooks {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -61,12 +68,23 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 	image := req.GetImage().GetImage()
 	pod := podOf(req.GetSandboxConfig())
 	repo := h.gate.repository(image)
-	if repo == "" || !h.gate.policy.Applies(pod.Namespace, repo) {
+	if repo == "" {
 		// By ID there is nothing to resolve at a registry: the runtime
 		// refuses or finds it, and CreateContainer decides.
 		return next(ctx, req)
 	}
 	cred := registryCredential(req.GetAuth())
+	if !h.gate.policy.Applies(pod.Namespace, repo) {
+		// No provider applies: the namespace's no-match policy decides on
+		// the name alone, with no question to the registry (a registry that
+		// cannot be asked refuses nothing it allows).
+		if h.gate.policy.NoMatchPolicy(pod.Namespace) != imagepolicy.NoMatchAllow {
+			if _, err := h.gate.pull(ctx, image, pod, cred, registry.Result{}, ""); err != nil {
+				return nil, err
+			}
+		}
+		return next(ctx, req)
+	}
 	res, err := h.registry.Check(ctx, registry.Request{Image: image, Credential: cred})
 	if err != nil {
 		h.log.WarnContext(ctx, "image policy: the image's registry did not resolve the pull; refused", "image", image, "pod", pod.String(), "err", err)
@@ -97,8 +115,8 @@ func (h *PolicyHooks) CreateContainer(ctx context.Context, req *runtimeapi.Creat
 		return nil, err
 	}
 	pod := podOf(req.GetSandboxConfig())
-	if !h.gate.policy.Applies(pod.Namespace, "") {
-		return next(ctx, req) // no provider of the namespace: no runtime question
+	if !h.gate.policy.Applies(pod.Namespace, "") && h.gate.policy.NoMatchPolicy(pod.Namespace) == imagepolicy.NoMatchAllow {
+		return next(ctx, req) // nothing of the namespace can refuse or count: no runtime question
 	}
 	for _, use := range containerImages(req.GetConfig()) {
 		img, repo, err := resolveImage(ctx, h.runtime, &h.names, use.Image)

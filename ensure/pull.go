@@ -65,6 +65,11 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
+	// The pull's layers count as private to other pulls until its record
+	// is written (or it failed).
+	fl := g.flights.start()
+	defer g.flights.end(fl)
+	ctx = withFlight(ctx, fl)
 	ctx, call := pullreport.Start(ctx)
 	if before != "" {
 		call.SetPresent(before)
@@ -102,7 +107,13 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	unlock := g.refs.lock(ref)
 	defer unlock()
 	preloaded := g.listedBefore(ctx, req.Image, repo, ref, before)
-	if err := g.store.RecordPull(ref, repo, cred, intent, g.clock.Now(), preloaded); err != nil {
+	if v := call.Verified(); v != nil && v.LayersKnown {
+		// The registry vouched for every layer as repo: kept with the record.
+		err = g.store.RecordVerifiedPull(ref, repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
+	} else {
+		err = g.store.RecordPull(ref, repo, cred, intent, g.clock.Now(), preloaded)
+	}
+	if err != nil {
 		g.recordFailed(req.Image, repo, ref, intent, err)
 	} else {
 		g.settlePulled(req.Image)

@@ -17,6 +17,8 @@ type (
 	SecretRef = records.SecretRef
 	// Auth is a pull's credential, as hashed.
 	Auth = records.Auth
+	// ImageLayers is what the database knows of an image's layers.
+	ImageLayers = records.ImageLayers
 )
 
 // ErrNotFound is returned for an image ID without a record.

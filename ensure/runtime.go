@@ -1,6 +1,10 @@
 package ensure
 
-import "context"
+import (
+	"context"
+
+	digest "github.com/opencontainers/go-digest"
+)
 
 // Runtime is what the enforcer asks the container runtime, in its own
 // terms: no CRI type crosses it. CRIRuntime adapts the CRI clients.
@@ -12,6 +16,11 @@ type Runtime interface {
 	Image(ctx context.Context, q ImageQuery) (img Image, ok bool, err error)
 	// Images lists the node's images.
 	Images(ctx context.Context) ([]Image, error)
+	// ImageLayers returns the diff_ids of the layers of the image imageID,
+	// as the runtime's copy of its config lists them; ok is false when the
+	// runtime does not say (no such image, or a runtime that gives no
+	// config): the caller then decides as for layers it cannot see.
+	ImageLayers(ctx context.Context, imageID string) (diffIDs []digest.Digest, ok bool, err error)
 	// PodUID returns the UID of the pod a sandbox belongs to.
 	PodUID(ctx context.Context, sandboxID string) (string, error)
 	// PodUIDs returns the UIDs of the pods the runtime has sandboxes of.

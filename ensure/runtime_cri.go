@@ -2,7 +2,9 @@ package ensure
 
 import (
 	"context"
+	"encoding/json"
 
+	digest "github.com/opencontainers/go-digest"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -39,6 +41,49 @@ func (r criRuntime) Image(ctx context.Context, q ImageQuery) (Image, bool, error
 		return Image{}, false, err
 	}
 	return imageOf(resp.Image), true, nil
+}
+
+// ImageLayers reads the image's config from a verbose ImageStatus: the
+// runtime's "info" entry. containerd (1.6, 1.7 and 2.x alike) puts there a
+// JSON object whose "imageSpec" is the image's OCI config, rootfs.diff_ids
+// included (and "chainID", the top layer's chain ID). CRI-O answers
+// verbose status with other info, and other runtimes may give none: then
+// ok is false, and the layers count as unseen.
+func (r criRuntime) ImageLayers(ctx context.Context, imageID string) ([]digest.Digest, bool, error) {
+	resp, err := r.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: imageID}, Verbose: true})
+	if err != nil {
+		return nil, false, err
+	}
+	if resp.GetImage().GetId() != imageID {
+		return nil, false, nil // another image (a prefix), or none
+	}
+	diffIDs, ok := diffIDsOfInfo(resp.GetInfo()["info"])
+	return diffIDs, ok, nil
+}
+
+// diffIDsOfInfo reads rootfs.diff_ids from containerd's verbose image
+// info; false when it is not there or not valid.
+func diffIDsOfInfo(info string) ([]digest.Digest, bool) {
+	if info == "" {
+		return nil, false
+	}
+	var v struct {
+		ImageSpec *struct {
+			RootFS struct {
+				Type    string          `json:"type"`
+				DiffIDs []digest.Digest `json:"diff_ids"`
+			} `json:"rootfs"`
+		} `json:"imageSpec"`
+	}
+	if err := json.Unmarshal([]byte(info), &v); err != nil || v.ImageSpec == nil || v.ImageSpec.RootFS.Type != "layers" {
+		return nil, false
+	}
+	for _, d := range v.ImageSpec.RootFS.DiffIDs {
+		if d.Validate() != nil {
+			return nil, false
+		}
+	}
+	return v.ImageSpec.RootFS.DiffIDs, true
 }
 
 func (r criRuntime) Images(ctx context.Context) ([]Image, error) {

@@ -28,7 +28,7 @@ func (g *Guard) Status(ctx context.Context, req *runtimeapi.StatusRequest, next 
 		c.Message = "images that need verification are refused until the records database is fixed and the proxy restarted; see its log"
 	case g.writes.failing.Load() != nil:
 		c.Status, c.Reason = false, "RecordsDatabaseNotWritable"
-		c.Message = "the records database does not take writes (" + g.writes.failing.Load().cause + "): pulls are refused or their images need verification by every pod until a write succeeds again; see the proxy's log"
+		c.Message = "the records database does not take writes (" + g.writes.failing.Load().cause + "): pulls are refused or their images need verification by every pod until a write succeeds again (the proxy probes it every few seconds); see the proxy's log"
 	}
 	resp.Status.Conditions = append(resp.Status.Conditions, c)
 	return resp, nil

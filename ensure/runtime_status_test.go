@@ -80,6 +80,9 @@ func TestADatabaseThatCannotWriteSaysSo(t *testing.T) {
 	}{
 		{"a full filesystem", &os.PathError{Op: "write", Path: "/var/lib/cri-image-proxy/ensure.db", Err: syscall.ENOSPC}, "no space"},
 		{"a read-only filesystem", &os.PathError{Op: "open", Path: "/var/lib/cri-image-proxy/ensure.db", Err: syscall.EROFS}, "read-only"},
+		// bbolt gives the errors of growing the file as text only.
+		{"a read-only filesystem, found as bbolt grows the file", errors.New("file resize error: truncate /var/lib/cri-image-proxy/ensure.db: read-only file system"), "read-only"},
+		{"a full filesystem, found as bbolt grows the file", errors.New("file resize error: truncate /var/lib/cri-image-proxy/ensure.db: no space left on device"), "no space"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,7 +2,9 @@ package ensure
 
 import (
 	"errors"
+
 	"fmt"
+	digest "github.com/opencontainers/go-digest"
 	"time"
 )
 
@@ -63,3 +65,16 @@ func (g *Guard) RecordsAvailable() error {
 func (u unavailableStore) VerifiedAt(string, string, string) (time.Time, bool, error) {
 	return time.Time{}, false, u.err()
 }
+
+func (unavailableStore) Layers(string) (ImageLayers, bool)   { return ImageLayers{}, false }
+func (unavailableStore) LayerHolders(digest.Digest) []string { return nil }
+func (s unavailableStore) NoteLayers(string, []digest.Digest, time.Time) error {
+	return s.err()
+}
+func (s unavailableStore) RecordVerifiedPull(string, string, Credential, []digest.Digest, string, time.Time, []string) error {
+	return s.err()
+}
+func (s unavailableStore) Vouched(string, digest.Digest, string) (bool, error) {
+	return false, s.err()
+}
+func (s unavailableStore) ForgetLayers(func(string) bool) (int, error) { return 0, s.err() }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
@@ -23,71 +26,194 @@ type RegistryCheck interface {
 
 // Verify is the registry's word on one try of a pull: the credential it
 // goes with, as the innermost hook sees it (the request's own, or the one
-// credential injection put in), is checked at the image's registry before
-// the runtime is asked. A pull that succeeded is no proof: a mirror in the
-// runtime's hosts.toml may have answered it, or the runtime fetched
-// nothing because the content was already on the node under another name.
+// credential injection put in), is checked at the image's registry. A pull
+// that succeeded is no proof: a mirror in the runtime's hosts.toml may
+// have answered it, or the runtime fetched nothing because the content was
+// already on the node under another name.
 //
 //   - When the name stood for an image already on the node (the outer Pull
-//     said so) and the registry resolves it, for this credential, to that
-//     same image, with every blob readable in the repository, the pull is
-//     answered from the node: no runtime pull.
+//     said so) and the registry names, for this credential, the manifest
+//     the runtime recorded for it, the config serves its bytes, and every
+//     layer the node would share is vouched for (layersToProve), the pull
+//     is answered from the node: no runtime pull.
 //
-//   - Otherwise the runtime pulls, and the image it pulled must be the one
-//     the registry answered for this credential (else the tag moved in
-//     between, or the runtime got it elsewhere).
+//   - Otherwise the runtime pulls, and the registry is asked beside it
+//     (the registry's word by HEAD, then, once the runtime pulled, the
+//     config by its bytes and the layers): the pod is answered when both
+//     are done. The runtime's manifest must be the one the registry names
+//     (else the tag moved, or the runtime got it elsewhere: Aborted). No
+//     manifest GET beyond the runtime's own, which a registry may count as
+//     a pull; a layer to prove needs one.
 //
 //   - A registry that refuses, or cannot be asked, refuses the try (the
-//     credential injection inside may try the next credential): no record,
-//     the image stays hidden from the pod.
+//     credential injection outside may try the next credential), and stops
+//     the runtime's pull if it still runs: no record for the credential;
+//     what the runtime left is tracked by the outer Pull.
 //
 //   - With an image policy, each try is decided on the manifest digest the
-//     registry resolved, before the runtime pulls (or the node answers);
-//     the runtime's image must then be the one the registry answered, so
-//     the pull is pinned to that digest: a tag moved in between is refused.
-//     The verdict is bound to the image ID the pull produced.
+//     registry names, beside the runtime's pull; the runtime's image must
+//     be that manifest's, so the pull is pinned to it. The verdict is bound
+//     to the image ID the pull produced.
 //
 // forward is the runtime's pull; it returns the image reference it
 // answered. Verify returns the image ID to answer with.
 func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry.Credential, forward Forward) (string, error) {
 	present := pullreport.Present(ctx)
-	res, err := g.registry.Check(ctx, registry.Request{Image: image, ImageID: present, Credential: cred, Blobs: true})
-	switch {
-	case err == nil && present != "":
-		v, err := g.imagePolicy.pull(ctx, image, pod, cred, res, present)
+	repo, _ := g.repository(image)
+	var verdict imagepolicy.Verdict
+	decide := func(ctx context.Context, manifest digest.Digest, imageID string) error {
+		v, err := g.imagePolicy.pull(ctx, image, pod, cred, registry.Result{ManifestDigest: manifest}, imageID)
+		verdict = v
+		if err != nil {
+			return policyRefusal{err}
+		}
+		return nil
+	}
+	req := registry.Request{Image: image, Credential: cred, Blobs: true,
+		ProveLayers: g.layerChooser(ctx, image, repo, cred.Kind() == registry.KindAnonymous),
+		Resolved:    func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") },
+	}
+	if g.imagePolicy.nameDecides(pod, image) {
+		// No provider applies: the namespace's no-match policy decides on
+		// the name, before the runtime is asked (a Deny namespace pulls
+		// nothing it refuses).
+		if err := decide(ctx, "", ""); err != nil {
+			return "", err
+		}
+		req.Resolved = nil
+	}
+	if present != "" {
+		held, err := g.pulledImage(ctx, image, repo, present)
 		if err != nil {
 			return "", err
 		}
-		g.imagePolicy.bind(v, present)
-		g.reportVerified(ctx, image, res, present, true)
-		return present, nil
-	case err == nil:
-	case present != "" && errors.Is(err, registry.ErrMoved):
-		// The tag moved since the image came to the node: the runtime pulls
-		// the new one, which must be what the registry answers now.
-		if res, err = g.registry.Check(ctx, registry.Request{Image: image, Credential: cred, Blobs: true}); err != nil {
+		req := req
+		req.Pulled = func(context.Context) (registry.PulledImage, error) { return held, nil }
+		decided := req.Resolved == nil
+		req.Resolved = func(ctx context.Context, manifest digest.Digest) error {
+			if !slices.Contains(held.ManifestDigests, manifest) {
+				return fmt.Errorf("the registry names manifest %s, not the image on the node: %w", manifest, registry.ErrMoved)
+			}
+			if decided {
+				return nil
+			}
+			return decide(ctx, manifest, present)
+		}
+		res, err := g.registry.Check(ctx, req)
+		switch {
+		case err == nil:
+			g.imagePolicy.bind(verdict, present)
+			g.reportVerified(ctx, image, res, present, true)
+			return present, nil
+		case errors.Is(err, registry.ErrMoved):
+			// The tag moved since the image came to the node: the runtime
+			// pulls the new one, which must be what the registry names now.
+		case errors.As(err, new(policyRefusal)):
+			return "", err
+		default:
 			return "", g.checkFailed(ctx, image, err)
 		}
-	default:
-		return "", g.checkFailed(ctx, image, err)
 	}
-	v, err := g.imagePolicy.pull(ctx, image, pod, cred, res, "")
+	pulled, res, err := g.pullBeside(ctx, image, repo, req, forward)
 	if err != nil {
 		return "", err
 	}
-	pulled, err := forward(ctx)
-	if err != nil {
-		return "", err
+	g.imagePolicy.bind(verdict, res.ConfigDigest.String())
+	g.reportVerified(ctx, image, res, res.ConfigDigest.String(), false)
+	return pulled, nil
+}
+
+// errRuntimePull stands, inside the registry check, for the runtime's pull
+// that failed: Verify answers with the runtime's own error.
+var errRuntimePull = errors.New("the runtime's pull failed")
+
+// policyRefusal is the image policy's refusal, ending a registry check: it
+// reaches the pod as the policy words it.
+type policyRefusal struct{ error }
+
+func (p policyRefusal) Unwrap() error { return p.error }
+
+// pullBeside runs the runtime's pull (forward) and the registry check of
+// req beside it, and returns the runtime's image reference and the check's
+// result once both are done. A check that ends first with a refusal stops
+// the pull (and waits for it to end); a pull that fails is answered with
+// the runtime's error.
+func (g *Guard) pullBeside(ctx context.Context, image, repo string, req registry.Request, forward Forward) (string, registry.Result, error) {
+	type outcome struct {
+		ref string
+		err error
 	}
-	id := g.imageID(context.WithoutCancel(ctx), image, pulled)
+	pullCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan outcome, 1)
+	go func() {
+		ref, err := forward(pullCtx)
+		done <- outcome{ref, err}
+	}()
+	var out outcome
+	waited := false
+	req.Pulled = func(ctx context.Context) (registry.PulledImage, error) {
+		select {
+		case out = <-done:
+			waited = true
+		case <-ctx.Done():
+			return registry.PulledImage{}, ctx.Err()
+		}
+		if out.err != nil {
+			return registry.PulledImage{}, errRuntimePull
+		}
+		return g.pulledImage(context.WithoutCancel(ctx), image, repo, out.ref)
+	}
+	res, err := g.registry.Check(ctx, req)
+	if !waited {
+		// The check ended first (a refusal, the registry unreachable, the
+		// image policy): the runtime's pull is not wanted; it ends, and what
+		// it left the outer Pull tracks.
+		stop()
+		out = <-done
+	}
+	switch {
+	case waited && out.err != nil:
+		return "", res, out.err // the runtime's own answer: injection may try the next credential
+	case errors.As(err, new(policyRefusal)):
+		return "", res, err // the image policy's, as it words it for the pod
+	case err != nil:
+		return "", res, g.checkFailed(ctx, image, err)
+	case !waited:
+		return "", res, fmt.Errorf("pulling %s: the registry check ended without the runtime's pull: %w", image, errdefs.ErrInternal)
+	}
+	id := g.imageID(context.WithoutCancel(ctx), image, out.ref)
 	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
 		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
-		return "", fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
+		return "", res, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
-	g.imagePolicy.bind(v, id)
-	g.reportVerified(ctx, image, res, id, false)
-	return pulled, nil
+	return out.ref, res, nil
+}
+
+// pulledImage is what the runtime proved of the image ref it holds for
+// image (repository repo): its ID, and the manifest digests it recorded
+// for repo (containerd fetched and verified those bytes).
+func (g *Guard) pulledImage(ctx context.Context, image, repo, ref string) (registry.PulledImage, error) {
+	id := g.imageID(ctx, image, ref)
+	p := registry.PulledImage{ImageID: digestOf(id)}
+	img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: id})
+	if err != nil || !ok {
+		// Not a word on the manifest: the registry's is taken whole.
+		return p, nil
+	}
+	for _, n := range img.Names {
+		name, d, found := strings.Cut(n, "@")
+		if !found {
+			continue
+		}
+		if r, ok := g.repository(name); ok && r == repo {
+			if dd, err := digest.Parse(d); err == nil {
+				p.ManifestDigests = append(p.ManifestDigests, dd)
+			}
+		}
+	}
+	return p, nil
 }
 
 // reportVerified tells the outer Pull (and the decision log) the
@@ -102,6 +228,7 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 	pullreport.ReportVerified(ctx, pullreport.Verification{
 		ImageID: id, Registry: res.Registry, Endpoint: res.Endpoint, Vouched: res.Vouched, CredentialKind: res.CredentialKind,
 		ManifestDigest: res.ManifestDigest.String(), Blobs: res.BlobsChecked, CheckedBlobs: checked, Requests: res.Requests, FromNode: fromNode,
+		Layers: diffIDsOf(res.Layers), LayersKnown: res.Layers != nil, ProvenLayers: res.Proven, ProvenBytes: res.ProvenBytes,
 	})
 	what := "PullImage: the registry verified the credential; the runtime pulled"
 	if fromNode {
@@ -110,7 +237,8 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 	if g.log.Enabled(ctx, slog.LevelDebug) {
 		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", id,
 			"endpoint", res.Endpoint, "vouched", res.Vouched, "credential", res.CredentialKind,
-			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests)
+			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests,
+			"layersProven", res.Proven, "bytesProven", res.ProvenBytes)
 	}
 }
 

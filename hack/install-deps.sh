@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh: install, idempotently, everything the e2e tests and the demo need on a
 # Debian (bookworm) machine as root: the distribution registry and containerd 1.6 (the legacy
-# leg) from Debian; crictl/critest, kube-apiserver/etcd/kubelets and containerd 2.3 with runc (the
-# default runtime) built from the Go module proxy.
+# leg) from Debian; crictl/critest, kube-apiserver/etcd/kubelets, and containerd 2.3 (the default
+# runtime, the reference) and 2.4 (the newest minor), each with runc, built from the Go module proxy.
 #
 # Built tools go to $TOOLS_DIR (default /var/cache/cri-image-proxy/tools), outside the clone, so
 # a later checkout on the same machine does not rebuild them.
@@ -11,7 +11,8 @@
 # minutes cold). The demo runs on containerd 2.3 once a full install has built it, on Debian's
 # 1.6 until then.
 #
-# Env: TOOLS_DIR, CRI_TOOLS_VERSION (v1.34.0).
+# Env: TOOLS_DIR, CRI_TOOLS_VERSION (v1.34.0), CONTAINERD_VERSIONS ("v2.3.7 v2.4.2": the patches
+# internal/rig runs for CONTAINERD=2.3 and 2.4).
 set -euo pipefail
 
 demo=false
@@ -23,6 +24,7 @@ esac
 
 TOOLS_DIR=${TOOLS_DIR:-/var/cache/cri-image-proxy/tools}
 CRI_TOOLS_VERSION=${CRI_TOOLS_VERSION:-v1.34.0}
+CONTAINERD_VERSIONS=${CONTAINERD_VERSIONS:-v2.3.7 v2.4.2}
 export PATH=/usr/local/go/bin:$PATH
 log() { echo "[install-deps] $*"; }
 
@@ -36,7 +38,7 @@ fi
 # gcc and libc6-dev: the kubelet is built with cgo, as upstream builds it.
 # systemd: systemd-analyze verify checks the unit (nothing is started).
 # containerd and runc: Debian's 1.6 is the legacy leg (CONTAINERD=1.6); libseccomp-dev and
-# pkg-config build the runc that goes with containerd 2.3 (build-containerd.sh).
+# pkg-config build the runc that goes with containerd 2.3 and 2.4 (build-containerd.sh).
 pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates)
 $demo || pkgs+=(gcc libc6-dev systemd libseccomp-dev pkg-config)
 need=()
@@ -89,7 +91,12 @@ fi
 #    $TOOLS_DIR afterwards.
 TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" kube-apiserver etcd kubelet
 TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-k8s.sh" --module k8s-old kubelet
-# 4. containerd 2.3 and runc, the runtime the tests run on by default (about 20 minutes cold).
-TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-containerd.sh" >/dev/null
+# 4. containerd 2.3 and runc, the runtime the tests run on by default (about 20 minutes cold), then
+#    2.4 (CONTAINERD=2.4; a few minutes more: most of its dependencies are 2.3's).
+ready=()
+for v in $CONTAINERD_VERSIONS; do
+	out=$(TOOLS_DIR=$TOOLS_DIR CONTAINERD_VERSION=$v "$(dirname "$0")/build-containerd.sh" | tail -1)
+	ready+=("$("$out/containerd" --version | awk '{print $1, $3}')")
+done
 
-log "ready: $("$TOOLS_DIR/containerd-${CONTAINERD_VERSION:-v2.3.7}/containerd" --version) (legacy: $(containerd --version 2>/dev/null | head -1)); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"
+log "ready: $(IFS=,; echo "${ready[*]}" | sed 's/,/, /g') (legacy: $(containerd --version 2>/dev/null | awk '{print $1, $3}')); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"

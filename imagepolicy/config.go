@@ -4,10 +4,11 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net/url"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,52 @@ const (
 // AllNamespaces in a provider's namespaces makes it apply to every one.
 const AllNamespaces = "*"
 
+// NoMatchPolicy says what happens to an image no provider applies to in a
+// namespace (sigstore policy-controller's no-match policy, per namespace):
+// none of the namespace's providers, or no provider at all, covers its
+// registry (another name of a covered registry, an alias, an IP address,
+// an unknown registry).
+type NoMatchPolicy string
+
+// The no-match policies.
+const (
+	// NoMatchAllow allows the image: the default.
+	NoMatchAllow NoMatchPolicy = "Allow"
+	// NoMatchWarn allows it, with a warning in the log and a count in
+	// cri_image_proxy_image_policy_decisions_total (no_provider_warned).
+	NoMatchWarn NoMatchPolicy = "Warn"
+	// NoMatchDeny refuses it: only images a provider covers (and allows)
+	// run in the namespace.
+	NoMatchDeny NoMatchPolicy = "Deny"
+)
+
+// noMatchPolicies are the supported values, for messages.
+var noMatchPolicies = []string{string(NoMatchAllow), string(NoMatchWarn), string(NoMatchDeny)}
+
+// NoMatchRules are the no-match policies of the namespaces.
+type NoMatchRules struct {
+	// Default is the policy of a namespace not listed; Allow unless set.
+	Default NoMatchPolicy
+	// Namespaces are the namespaces with a policy of their own.
+	Namespaces map[string]NoMatchPolicy
+}
+
+// For is the no-match policy of namespace.
+func (r NoMatchRules) For(namespace string) NoMatchPolicy {
+	if p, ok := r.Namespaces[namespace]; ok {
+		return p
+	}
+	return r.DefaultPolicy()
+}
+
+// DefaultPolicy is the no-match policy of a namespace not listed.
+func (r NoMatchRules) DefaultPolicy() NoMatchPolicy {
+	if r.Default == "" {
+		return NoMatchAllow
+	}
+	return r.Default
+}
+
 // Config is a loaded, validated image policy configuration.
 type Config struct {
 	// Providers in the order they are asked: files in lexicographic order,
@@ -69,6 +116,9 @@ type Config struct {
 	// (crictl without a pod config, a bake job); empty: such pulls are
 	// decided for the empty namespace, which only "*" providers cover.
 	DefaultNamespace string
+	// NoMatch says, per namespace, what happens to an image no provider
+	// applies to.
+	NoMatch NoMatchRules
 	// BinDir holds the plugin executables.
 	BinDir string
 	// Hash identifies the configuration's content ("sha256:...").
@@ -91,6 +141,13 @@ type Provider struct {
 	SendCredentials bool
 	Args            []string
 	Env             []EnvVar
+	// WatchFiles are the plugin's own files (its policy, its keys) and
+	// directories: a change of one drops the provider's cached verdicts.
+	// Absolute paths, cleaned.
+	WatchFiles []string
+	// WatchFilesFromArgs is true when WatchFiles were not configured but
+	// taken from Args (see watchFilesOf).
+	WatchFilesFromArgs bool
 	// File is where the provider was declared, for messages.
 	File string
 }
@@ -107,7 +164,14 @@ type configFile struct {
 	Kind       string `json:"kind"`
 	// DefaultNamespace: see Config.
 	DefaultNamespace string           `json:"defaultNamespace,omitempty"`
-	Providers        []providerConfig `json:"providers"`
+	NoMatchPolicy    *noMatchConfig   `json:"noMatchPolicy,omitempty"`
+	Providers        []providerConfig `json:"providers,omitempty"`
+}
+
+// noMatchConfig is a file's noMatchPolicy.
+type noMatchConfig struct {
+	Default    NoMatchPolicy            `json:"default,omitempty"`
+	Namespaces map[string]NoMatchPolicy `json:"namespaces,omitempty"`
 }
 
 type providerConfig struct {
@@ -122,6 +186,8 @@ type providerConfig struct {
 	SendCredentials    bool             `json:"sendCredentials,omitempty"`
 	Args               []string         `json:"args,omitempty"`
 	Env                []EnvVar         `json:"env,omitempty"`
+	// WatchFiles: nil (absent) takes them from args; [] watches nothing.
+	WatchFiles *[]string `json:"watchFiles,omitempty"`
 }
 
 // LoadConfig reads an ImagePolicyConfig from a file, or from every *.json,
@@ -133,10 +199,11 @@ func LoadConfig(path, binDir string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &Config{BinDir: binDir}
+	cfg := &Config{BinDir: binDir, NoMatch: NoMatchRules{Default: NoMatchAllow, Namespaces: map[string]NoMatchPolicy{}}}
 	var errs []error
 	seen := map[string]string{} // provider name -> file
 	defaultFrom := ""
+	noMatchFrom := map[string]string{} // namespace ("" for the default) -> file
 	hash := cryptobyte.NewBuilder(nil)
 	for _, file := range files {
 		data, err := os.ReadFile(file)
@@ -158,12 +225,19 @@ func LoadConfig(path, binDir string) (*Config, error) {
 			}
 			cfg.DefaultNamespace, defaultFrom = ns, file
 		}
-		if len(fc.Providers) == 0 {
-			errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Required(field.NewPath("providers"), "at least 1 provider is required")))
+		if len(fc.Providers) == 0 && fc.NoMatchPolicy == nil {
+			errs = append(errs, fmt.Errorf("image policy config %s: %s", file, field.Required(field.NewPath("providers"), "at least 1 provider is required (or a noMatchPolicy alone)")))
+		}
+		for _, e := range mergeNoMatch(&cfg.NoMatch, fc.NoMatchPolicy, file, noMatchFrom) {
+			errs = append(errs, fmt.Errorf("image policy config %s: %s", file, e.Error()))
 		}
 		for i, pc := range fc.Providers {
 			p := field.NewPath("providers").Index(i)
 			pr, perrs := validateProvider(p, pc, binDir)
+			perrs = append(perrs, watchable(p.Child("watchFiles"), pr.WatchFiles)...)
+			if pc.WatchFiles == nil {
+				pr.WatchFiles, pr.WatchFilesFromArgs = watchFilesOf(pc.Args), true
+			}
 			pr.File = file
 			for _, e := range perrs {
 				errs = append(errs, fmt.Errorf("image policy config %s: provider %q: %s", file, pc.Name, e.Error()))
@@ -221,6 +295,16 @@ func validateProvider(p *field.Path, pc providerConfig, binDir string) (Provider
 		SendCredentials: pc.SendCredentials, Args: pc.Args, Env: pc.Env,
 	}
 	var errs field.ErrorList
+	if pc.WatchFiles != nil {
+		pr.WatchFiles = []string{}
+		for i, f := range *pc.WatchFiles {
+			if !filepath.IsAbs(f) {
+				errs = append(errs, field.Invalid(p.Child("watchFiles").Index(i), f, "an absolute path of a file or directory the plugin reads"))
+				continue
+			}
+			pr.WatchFiles = append(pr.WatchFiles, filepath.Clean(f))
+		}
+	}
 	switch {
 	case pc.Name == "":
 		errs = append(errs, field.Required(p.Child("name"), "the plugin's executable name in the bin directory"))
@@ -287,6 +371,102 @@ func validateProvider(p *field.Path, pc providerConfig, binDir string) (Provider
 	return pr, errs
 }
 
+// watchFilesOf are the files a provider watches when its configuration
+// names none: each argument (or the value of a --flag=value argument)
+// that is the absolute path of a regular file, as the reference plugin's
+// --policy. Files the policy names in turn (its keys) are not found this
+// way: watchFiles lists them.
+func watchFilesOf(args []string) []string {
+	out := []string{}
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			_, v, ok := strings.Cut(a, "=")
+			if !ok {
+				continue
+			}
+			a = v
+		}
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		if fi, err := os.Stat(a); err == nil && fi.Mode().IsRegular() {
+			out = append(out, filepath.Clean(a))
+		}
+	}
+	return out
+}
+
+// watchable checks that each watched path can be watched: the daemon
+// watches a file through its directory (so that a rename over it is
+// seen), and a directory itself, so that directory must exist. A file
+// itself may come later: its appearance is a change.
+func watchable(p *field.Path, paths []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, f := range paths {
+		fi, err := os.Stat(f)
+		switch {
+		case err == nil && fi.IsDir():
+		case err == nil || errors.Is(err, os.ErrNotExist):
+			if di, derr := os.Stat(filepath.Dir(f)); derr != nil || !di.IsDir() {
+				errs = append(errs, field.Invalid(p.Index(i), f, "cannot be watched: its directory "+filepath.Dir(f)+" does not exist"))
+			}
+		default:
+			errs = append(errs, field.Invalid(p.Index(i), f, "cannot be watched: "+err.Error()))
+		}
+	}
+	return errs
+}
+
+// mergeNoMatch adds a file's noMatchPolicy to rules: each namespace, and
+// the default, said by one file only (or the same by several), each value
+// one of the policies.
+func mergeNoMatch(rules *NoMatchRules, nm *noMatchConfig, file string, from map[string]string) field.ErrorList {
+	if nm == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	p := field.NewPath("noMatchPolicy")
+	valid := func(fp *field.Path, v NoMatchPolicy) bool {
+		switch v {
+		case NoMatchAllow, NoMatchWarn, NoMatchDeny:
+			return true
+		}
+		errs = append(errs, field.NotSupported(fp, v, noMatchPolicies))
+		return false
+	}
+	set := func(fp *field.Path, ns string, v NoMatchPolicy, current NoMatchPolicy) bool {
+		if other, ok := from[ns]; ok && current != v {
+			errs = append(errs, field.Invalid(fp, v, fmt.Sprintf("%s already says %q", other, current)))
+			return false
+		}
+		from[ns] = file
+		return true
+	}
+	if nm.Default != "" && valid(p.Child("default"), nm.Default) && set(p.Child("default"), "", nm.Default, rules.Default) {
+		rules.Default = nm.Default
+	}
+	for _, ns := range slices.Sorted(maps.Keys(nm.Namespaces)) {
+		v := nm.Namespaces[ns]
+		fp := p.Child("namespaces").Key(ns)
+		if ns == AllNamespaces {
+			errs = append(errs, field.Invalid(fp, v, `"*" is no namespace: noMatchPolicy.default is the policy of every namespace not listed`))
+			continue
+		}
+		bad := false
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(fp, ns, msg))
+			bad = true
+		}
+		if bad || !valid(fp, v) {
+			continue
+		}
+		if set(fp, ns, v, rules.Namespaces[ns]) {
+			rules.Namespaces[ns] = v
+		}
+	}
+	return errs
+}
+
 // validateNamespaces checks a provider's namespaces: at least one, each a
 // namespace name or "*" alone.
 func validateNamespaces(p *field.Path, namespaces []string) field.ErrorList {
@@ -315,9 +495,14 @@ func validateNamespaces(p *field.Path, namespaces []string) field.ErrorList {
 }
 
 // matcher is a provider's matchImages and namespaces, parsed once: a
-// cached decision must cost microseconds.
+// cached decision must cost microseconds. The patterns match as the
+// runtime reaches registries (keyring.ReachedPattern): every spelling of a
+// host (its case, a default port, an IP literal's forms) is that host.
+// Credential providers keep the kubelet's letter-for-letter rule, which
+// fails closed for them; for a policy the same miss would let an image run
+// unchecked.
 type matcher struct {
-	patterns      []*url.URL
+	patterns      []keyring.ReachedPattern
 	allNamespaces bool
 	namespaces    sets.Set[string]
 }
@@ -325,8 +510,8 @@ type matcher struct {
 func newMatcher(p Provider) matcher {
 	m := matcher{namespaces: sets.New[string]()}
 	for _, pat := range p.MatchImages {
-		if u, err := keyring.ParseSchemelessURL(pat); err == nil {
-			m.patterns = append(m.patterns, u)
+		if rp, err := keyring.ParseReachedPattern(pat); err == nil {
+			m.patterns = append(m.patterns, rp)
 		}
 	}
 	for _, ns := range p.Namespaces {
@@ -345,12 +530,12 @@ func (m matcher) coversNamespace(ns string) bool { return m.allNamespaces || m.n
 // parsed repository; nil (an image known by ID only) matches every
 // provider: what it is cannot be told, so every policy of the namespace
 // applies.
-func (m matcher) matchesImage(repo *url.URL) bool {
+func (m matcher) matchesImage(repo *keyring.Repository) bool {
 	if repo == nil {
 		return true
 	}
 	for _, g := range m.patterns {
-		if ok, _ := keyring.URLsMatch(g, repo); ok {
+		if g.Match(*repo) {
 			return true
 		}
 	}

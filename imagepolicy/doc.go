@@ -17,12 +17,23 @@
 //     namespaces it applies to ("*" for all), a timeout (30s), a
 //     failurePolicy (Fail, the default, or Ignore), how long an allow (1h)
 //     and a deny (1m) are cached, whether it receives the pull's registry
-//     credential (sendCredentials), and args and env.
+//     credential (sendCredentials), args and env, and the plugin's own
+//     files to watch (watchFiles; absent: the absolute file paths among
+//     its args). A noMatchPolicy says per namespace what happens to an
+//     image no provider applies to: Allow (the default), Warn or Deny.
 //   - Which providers apply: those whose namespaces hold the subject's
 //     namespace (the pod's, else defaultNamespace) and whose matchImages
-//     match its repository; an image known by ID only gets every provider
-//     of its namespace. All that apply must allow, asked in order up to
-//     the first refusal; none applying allows.
+//     match its repository as the runtime reaches it (keyring's
+//     ReachedPattern: a host's case, a default port 443 or 80, an IP
+//     literal's spelling do not matter; the kubelet's rule, which credential
+//     providers keep, would let such spellings through); an image known by
+//     ID only gets every provider of its namespace. All that apply must
+//     allow, asked in order up to the first refusal. None applying: the
+//     namespace's noMatchPolicy decides (Warn allows, logs a warning and
+//     counts it; Deny refuses), with no digest needed.
+//   - Plugins are told the repository in its canonical form (host
+//     case-folded, IP literal canonical, port kept), and verdicts are
+//     cached under it: spellings of one host share them.
 //   - Exec (package policyapi on the wire, internal/execplugin for the
 //     bounds): the request on stdin, the verdict on stdout, strictly
 //     decoded; the same bounds as credential plugins (timeout, 1 MiB of
@@ -37,7 +48,10 @@
 //     allow or deny duration or the verdict's own cacheDuration; one
 //     plugin run at a time per image, repository and namespace: a verdict
 //     holds for a namespace, not a pod. Reload drops every cached
-//     verdict. Bind carries a pull's verdict over to the image ID the pull
+//     verdict; FileChanged (the daemon watches the directories WatchedDirs
+//     names) drops a provider's when one of its watchFiles changes, and a
+//     verdict its plugin was making across the change is neither cached
+//     nor bound. Bind carries a pull's verdict over to the image ID the pull
 //     produced.
 //   - Observability: a debug decision log line per Decide, an info line
 //     per refusal, a warning per plugin fault; metrics by provider, call,

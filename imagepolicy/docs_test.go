@@ -40,3 +40,34 @@ func TestDocsExamples(t *testing.T) {
 		t.Error("no ImagePolicyConfig example in docs/image-policy.md")
 	}
 }
+
+// TestTheExampleFile: deploy/examples/image-policy.yaml decodes strictly
+// and validates but for its executables and paths, and says what the
+// documentation does.
+func TestTheExampleFile(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../deploy/examples/image-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := decodeConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := NoMatchRules{Default: NoMatchAllow, Namespaces: map[string]NoMatchPolicy{}}
+	if errs := mergeNoMatch(&rules, fc.NoMatchPolicy, "example", map[string]string{}); len(errs) > 0 {
+		t.Error(errs.ToAggregate())
+	}
+	if rules.For("payments") != NoMatchDeny || rules.For("staging") != NoMatchWarn || rules.For("other") != NoMatchAllow {
+		t.Errorf("noMatchPolicy %+v", rules)
+	}
+	for i, pc := range fc.Providers {
+		p, errs := validateProvider(field.NewPath("providers").Index(i), pc, "testdata/bin")
+		if len(errs) > 0 {
+			t.Errorf("provider %d: %v", i, errs.ToAggregate())
+		}
+		if len(p.WatchFiles) == 0 {
+			t.Errorf("provider %d watches nothing", i)
+		}
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +80,14 @@ func (s *Subject) validate() error {
 	if s.Image == "" {
 		return fmt.Errorf("%w: no image", ErrInvalidSubject)
 	}
+	return nil
+}
+
+// validateIdentity checks that a subject a provider applies to says which
+// image it is: a plugin decides on a digest or an image ID. A subject no
+// provider applies to is decided by its namespace's no-match policy
+// without either (a pull no registry was asked about).
+func (s *Subject) validateIdentity() error {
 	if s.Digest == "" && s.ImageID == "" {
 		return fmt.Errorf("%w: image %s has neither a digest nor an image ID", ErrInvalidSubject, s.Image)
 	}
@@ -121,6 +129,10 @@ type Decision struct {
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
 	// CachedUntil is when the verdict leaves the cache; zero: not cached.
 	CachedUntil time.Time `json:"cachedUntil,omitzero"`
+
+	// epoch is the provider's files' epoch the plugin ran under: a verdict
+	// made before a watched file changed is not cached, nor bound.
+	epoch uint64
 }
 
 // result is the decision's metric result.
@@ -147,6 +159,9 @@ type Verdict struct {
 	// Decisions of the providers that applied, in order, up to the first
 	// refusal.
 	Decisions []Decision
+	// NoMatchPolicy is the namespace's, when no provider applied: it made
+	// the verdict.
+	NoMatchPolicy NoMatchPolicy
 
 	generation uint64 // the configuration it was made under, for Bind
 	repository string // the subject's, for Reason
@@ -198,7 +213,7 @@ type providerSet struct {
 	generation uint64
 	providers  []*provider
 	byName     map[string]*provider
-	matching   sync.Map // repository -> []bool, see matchingImage
+	repos      sync.Map // repository -> *repoInfo, see repo
 	remembered atomic.Int64
 }
 
@@ -212,6 +227,14 @@ type provider struct {
 	metrics *metrics
 	log     *slog.Logger
 	now     func() time.Time
+
+	// watch is the state of the plugin's watchFiles.
+	watch *fileWatch
+	// epoch counts the changes of the plugin's files; storeMu orders a
+	// change's drop of the cache against the storing of a verdict, so that
+	// no verdict made before a change is stored after it.
+	epoch   atomic.Uint64
+	storeMu sync.Mutex
 }
 
 // New returns an Engine for a loaded configuration.
@@ -261,7 +284,7 @@ func (e *Engine) build(cfg *Config) *providerSet {
 		p := &provider{
 			cfg: pc, match: newMatcher(pc), runner: newExecRunner(pc, cfg.BinDir),
 			cache:   authcache.New[Decision](authcache.Options{Clock: e.clk, MaxEntries: e.opts.CacheSize}),
-			metrics: e.metrics, log: e.log, now: e.clk.Now,
+			metrics: e.metrics, log: e.log, now: e.clk.Now, watch: newFileWatch(pc.WatchFiles),
 		}
 		set.providers = append(set.providers, p)
 		set.byName[pc.Name] = p
@@ -300,38 +323,47 @@ func (set *providerSet) namespaceOf(s *Subject) string {
 // it the memo starts again.
 const maxRemembered = 8192
 
-// matchingImage says, for each provider, whether its matchImages match
-// repository (all do for an unknown one), remembered per repository:
-// parsing and matching every pattern on each decision would be most of
-// a cached decision's cost.
-func (set *providerSet) matchingImage(repository string) []bool {
-	if v, ok := set.matching.Load(repository); ok {
-		return v.([]bool)
+// repoInfo is what the engine makes of a subject's repository.
+type repoInfo struct {
+	// canonical is the repository as every spelling of its host has it
+	// (keyring.CanonicalRepository): the plugins are told it, and verdicts
+	// are cached under it.
+	canonical string
+	// matching says, for each provider, whether its matchImages match it.
+	matching []bool
+}
+
+// repo is what the engine makes of repository (every provider matches an
+// unknown one), remembered per repository: parsing and matching every
+// pattern on each decision would be most of a cached decision's cost.
+func (set *providerSet) repo(repository string) *repoInfo {
+	if v, ok := set.repos.Load(repository); ok {
+		return v.(*repoInfo)
 	}
+	info := &repoInfo{canonical: keyring.CanonicalRepository(repository), matching: make([]bool, len(set.providers))}
 	repo := parsedRepository(repository)
-	m := make([]bool, len(set.providers))
 	for i, p := range set.providers {
-		m[i] = p.match.matchesImage(repo)
+		info.matching[i] = p.match.matchesImage(repo)
 	}
 	if set.remembered.Add(1) > maxRemembered {
-		set.matching.Clear()
+		set.repos.Clear()
 		set.remembered.Store(0)
 	}
-	set.matching.Store(repository, m)
-	return m
+	set.repos.Store(repository, info)
+	return info
 }
 
 // parsedRepository is the subject's repository for matchImages; nil when
 // unknown (or unparsable): every provider then applies.
-func parsedRepository(repo string) *url.URL {
+func parsedRepository(repo string) *keyring.Repository {
 	if repo == "" {
 		return nil
 	}
-	u, err := keyring.ParseSchemelessURL(repo)
-	if err != nil {
+	r, ok := keyring.ParseRepository(repo)
+	if !ok {
 		return nil
 	}
-	return u
+	return &r
 }
 
 // Applies reports, without running a plugin, whether some provider
@@ -347,13 +379,24 @@ func (e *Engine) Applies(namespace, repository string) bool {
 	if ns == "" {
 		ns = set.config.DefaultNamespace
 	}
-	matching := set.matchingImage(repository)
+	matching := set.repo(repository).matching
 	for i, p := range set.providers {
 		if matching[i] && p.match.coversNamespace(ns) {
 			return true
 		}
 	}
 	return false
+}
+
+// NoMatchPolicy is what namespace ("" is the default namespace) does with
+// an image no provider applies to. With Applies, it tells a caller whether
+// a decision may refuse or must be counted before it does any work.
+func (e *Engine) NoMatchPolicy(namespace string) NoMatchPolicy {
+	set := e.set.Load()
+	if namespace == "" {
+		namespace = set.config.DefaultNamespace
+	}
+	return set.config.NoMatch.For(namespace)
 }
 
 // Decide asks every provider that applies to the subject (its namespace in
@@ -374,19 +417,25 @@ func (e *Engine) Applies(namespace, repository string) bool {
 func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 	set := e.set.Load()
 	ns := set.namespaceOf(&s)
+	info := set.repo(s.Repository)
+	s.Repository = info.canonical
 	v := Verdict{Namespace: ns, generation: set.generation, repository: s.Repository}
 	if err := s.validate(); err != nil {
-		v.invalid, v.PodReason = err, "image policy: the image cannot be identified"
-		e.metrics.decisions.WithLabelValues("", "invalid", resultFailedClosed, "").Inc() // not the call: it may be anything
-		e.log.WarnContext(ctx, "image policy: refused an image it cannot identify", "image", s.Image, "namespace", ns, "err", err)
-		return v, err
+		return e.invalid(ctx, &s, v, err)
 	}
-	matching := set.matchingImage(s.Repository)
+	// Made here, not in the loop, so that the keys stay on the stack.
 	keys := s.cacheKeys()
+	identified := false
 	v.Allowed = true
 	for i, p := range set.providers {
-		if !matching[i] || !p.match.coversNamespace(ns) {
+		if !info.matching[i] || !p.match.coversNamespace(ns) {
 			continue
+		}
+		if !identified {
+			if err := s.validateIdentity(); err != nil {
+				return e.invalid(ctx, &s, v, err)
+			}
+			identified = true
 		}
 		d := p.decide(ctx, &s, ns, keys)
 		source := "plugin"
@@ -402,10 +451,39 @@ func (e *Engine) Decide(ctx context.Context, s Subject) (Verdict, error) {
 		}
 	}
 	if len(v.Decisions) == 0 {
-		e.metrics.decisions.WithLabelValues("", string(s.Call), resultNoProvider, "").Inc()
+		e.noProvider(ctx, set, &s, &v)
 	}
 	e.logVerdict(ctx, &s, &v)
 	return v, nil
+}
+
+// invalid is the refusal of a subject that cannot be decided on.
+func (e *Engine) invalid(ctx context.Context, s *Subject, v Verdict, err error) (Verdict, error) {
+	v.Allowed, v.invalid, v.PodReason = false, err, "image policy: the image cannot be identified"
+	e.metrics.decisions.WithLabelValues("", "invalid", resultFailedClosed, "").Inc() // not the call: it may be anything
+	e.log.WarnContext(ctx, "image policy: refused an image it cannot identify", "image", s.Image, "namespace", v.Namespace, "err", err)
+	return v, err
+}
+
+// noProvider decides a subject no provider applies to, by its namespace's
+// no-match policy: allowed, allowed with a warning, or refused. The pod
+// reads that no policy covers the image (the image as it named it is in
+// the caller's error; nothing of other namespaces' policies); the
+// operator's log has the namespace, the repository and the rule.
+func (e *Engine) noProvider(ctx context.Context, set *providerSet, s *Subject, v *Verdict) {
+	v.NoMatchPolicy = set.config.NoMatch.For(v.Namespace)
+	result := resultNoProvider
+	switch v.NoMatchPolicy {
+	case NoMatchDeny:
+		result = resultNoProviderDenied
+		v.Allowed = false
+		v.PodReason = fmt.Sprintf("no image policy covers this image, and namespace %q runs only images a policy covers", v.Namespace)
+	case NoMatchWarn:
+		result = resultNoProviderWarned
+		e.log.WarnContext(ctx, "image policy: no provider applies to an image; allowed by the namespace's noMatchPolicy Warn",
+			"call", s.Call, "image", s.Image, "repository", s.Repository, "namespace", v.Namespace, "pod", s.Pod.Name, "podUID", s.Pod.UID)
+	}
+	e.metrics.decisions.WithLabelValues("", string(s.Call), result, "").Inc()
 }
 
 // Reason is the operator's account of the verdict: each provider's
@@ -420,7 +498,14 @@ func (v Verdict) Reason() string {
 		if repo == "" {
 			repo = "(known by ID only)"
 		}
-		return fmt.Sprintf("no image policy provider applies to namespace %q and repository %s", v.Namespace, repo)
+		what := "allowed"
+		switch v.NoMatchPolicy {
+		case NoMatchDeny:
+			what = "refused"
+		case NoMatchWarn:
+			what = "allowed with a warning"
+		}
+		return fmt.Sprintf("no image policy provider applies to namespace %q and repository %s; the namespace's noMatchPolicy is %s: %s", v.Namespace, repo, v.NoMatchPolicy, what)
 	}
 	parts := make([]string, 0, len(v.Decisions))
 	for _, d := range v.Decisions {
@@ -474,7 +559,10 @@ func (p *provider) flight(ctx context.Context, s *Subject, ns string, keys []str
 	// The flight must not die with the first caller: the others wait on
 	// it. The exec has its own timeout.
 	flightCtx := context.WithoutCancel(ctx)
-	v, _, _ := p.cache.Do(authcache.FlightKey(keys[0], ns), func() (any, error) {
+	// A caller that comes after a change of the plugin's files does not
+	// share a flight that started before it.
+	epoch := p.epoch.Load()
+	v, _, _ := p.cache.Do(authcache.FlightKey(keys[0], ns, strconv.FormatUint(epoch, 10)), func() (any, error) {
 		// A caller that missed the cache just before an earlier flight
 		// stored its verdict starts a flight of its own: look again, so
 		// that one verdict means one plugin run.
@@ -484,13 +572,15 @@ func (p *provider) flight(ctx context.Context, s *Subject, ns string, keys []str
 				return d, nil
 			}
 		}
-		return p.ask(flightCtx, s, ns, keys), nil
+		return p.ask(flightCtx, s, ns, keys, epoch), nil
 	})
 	return v.(Decision)
 }
 
-// ask runs the plugin and caches its verdict under every key.
-func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string) Decision {
+// ask runs the plugin and caches its verdict under every key, unless the
+// plugin's files changed since epoch, when the flight started: the plugin
+// may have read them before the change.
+func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string, epoch uint64) Decision {
 	req := policyapi.ImagePolicyRequest{
 		Call: s.Call, Image: s.Image, Repository: s.Repository, Digest: s.Digest, ImageID: s.ImageID, Platform: s.Platform, Pod: s.Pod,
 	}
@@ -515,7 +605,7 @@ func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string
 			"allowed", d.Allowed, "image", s.Image, "namespace", ns, "err", err)
 		return d
 	}
-	d := Decision{Provider: p.cfg.Name, Allowed: *resp.Allowed, Reason: resp.Reason, PodReason: resp.PodReason}
+	d := Decision{Provider: p.cfg.Name, Allowed: *resp.Allowed, Reason: resp.Reason, PodReason: resp.PodReason, epoch: epoch}
 	if !d.Allowed && d.PodReason == "" {
 		d.PodReason = "refused by image policy " + p.cfg.Name
 	}
@@ -527,10 +617,14 @@ func (p *provider) ask(ctx context.Context, s *Subject, ns string, keys []string
 		ttl = resp.CacheDuration.Duration
 	}
 	if ttl > 0 {
-		d.CachedUntil = p.now().Add(ttl)
-		for _, k := range keys {
-			_ = p.cache.Put(authcache.Image, k, ns, d, ttl) // only an unknown key type fails
+		p.storeMu.Lock()
+		if p.epoch.Load() == epoch {
+			d.CachedUntil = p.now().Add(ttl)
+			for _, k := range keys {
+				_ = p.cache.Put(authcache.Image, k, ns, d, ttl) // only an unknown key type fails
+			}
 		}
+		p.storeMu.Unlock()
 	}
 	return d
 }
@@ -554,7 +648,11 @@ func (e *Engine) Bind(v Verdict, imageID string) {
 		}
 		if ttl := d.CachedUntil.Sub(now); ttl > 0 {
 			d.FromCache = false
-			_ = p.cache.Put(authcache.Image, cacheKey(v.repository, imageID), v.Namespace, d, ttl)
+			p.storeMu.Lock()
+			if p.epoch.Load() == d.epoch { // not made before a change of the plugin's files
+				_ = p.cache.Put(authcache.Image, cacheKey(v.repository, imageID), v.Namespace, d, ttl)
+			}
+			p.storeMu.Unlock()
 		}
 	}
 }

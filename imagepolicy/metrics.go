@@ -12,10 +12,11 @@ import (
 // metrics of image policy. Labels are provider names and fixed words,
 // never images, pods or credentials.
 type metrics struct {
-	decisions *prometheus.CounterVec   // provider, call, result, source
-	calls     *prometheus.CounterVec   // provider, result
-	duration  *prometheus.HistogramVec // provider
-	info      *prometheus.GaugeVec     // hash
+	decisions   *prometheus.CounterVec   // provider, call, result, source
+	calls       *prometheus.CounterVec   // provider, result
+	duration    *prometheus.HistogramVec // provider
+	info        *prometheus.GaugeVec     // hash
+	fileChanges *prometheus.CounterVec   // provider
 }
 
 // Results of a provider's decision, the decisions' "result" label.
@@ -24,7 +25,13 @@ const (
 	resultDenied       = "denied"
 	resultFailedClosed = "failed_closed" // a fault under failurePolicy Fail: refused
 	resultFailedOpen   = "failed_open"   // a fault under failurePolicy Ignore: allowed
-	resultNoProvider   = "no_provider"   // no provider applies: allowed
+	resultNoProvider   = "no_provider"   // no provider applies: allowed (noMatchPolicy Allow)
+	// No provider applies, and the namespace's noMatchPolicy is Warn:
+	// allowed, and logged.
+	resultNoProviderWarned = "no_provider_warned"
+	// No provider applies, and the namespace's noMatchPolicy is Deny:
+	// refused.
+	resultNoProviderDenied = "no_provider_denied"
 )
 
 // Results of a plugin run, the calls' "result" label.
@@ -70,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, cacheSizes func() map[string]int) (*m
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "image_policy", Name: "decisions_total",
-			Help: "Image policy decisions, by provider (empty when none applied), call (PullImage, CreateContainer, ImageVolume; invalid for a subject that cannot be decided on), result (allowed, denied, failed_closed, failed_open, no_provider) and source (plugin, cache).",
+			Help: "Image policy decisions, by provider (empty when none applied), call (PullImage, CreateContainer, ImageVolume; invalid for a subject that cannot be decided on), result (allowed, denied, failed_closed, failed_open; with no provider applying, by the namespace's noMatchPolicy: no_provider (Allow), no_provider_warned (Warn, allowed), no_provider_denied (Deny)) and source (plugin, cache).",
 		}, []string{"provider", "call", "result", "source"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "image_policy", Name: "plugin_calls_total",
@@ -85,13 +92,17 @@ func newMetrics(reg prometheus.Registerer, cacheSizes func() map[string]int) (*m
 			Namespace: "cri_image_proxy", Name: "image_policy_config_info",
 			Help: "Hash of the image policy configuration in use, as a label.",
 		}, []string{"hash"}),
+		fileChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cri_image_proxy", Subsystem: "image_policy", Name: "watched_file_changes_total",
+			Help: "Changes of a provider's watchFiles (the plugin's own policy and key files) seen, each dropping the provider's cached verdicts, by provider.",
+		}, []string{"provider"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	entries := cacheEntries{sizes: cacheSizes, desc: prometheus.NewDesc("cri_image_proxy_image_policy_cache_entries",
 		"Cached verdicts of a provider (per image digest or ID and namespace), expired ones not yet purged included.", []string{"provider"}, nil)}
-	for _, c := range []prometheus.Collector{m.decisions, m.calls, m.duration, m.info, entries} {
+	for _, c := range []prometheus.Collector{m.decisions, m.calls, m.duration, m.info, m.fileChanges, entries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -30,14 +30,15 @@ const userAgent = "cri-image-proxy (registry check)"
 // that authorizer and die with the check: nothing fetched with one
 // credential ever serves another's check.
 type check struct {
-	c        *Checker
-	name     imageName
-	cred     Credential
-	res      *Result
-	ep       *endpoint
-	client   *http.Client
-	observe  prometheus.Observer
-	requests atomic.Int64
+	c            *Checker
+	name         imageName
+	cred         Credential
+	res          *Result
+	ep           *endpoint
+	client       *http.Client
+	observe      prometheus.Observer
+	requests     atomic.Int64
+	manifestGets atomic.Int64
 
 	mu   sync.Mutex
 	auth *authState
@@ -51,7 +52,7 @@ type authState struct {
 
 func (k *check) start(ctx context.Context, ep *endpoint) {
 	k.ep = ep
-	k.observe = k.c.metrics.requests.WithLabelValues(k.name.registry, ep.label())
+	k.observe = k.c.metrics.requests.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(ep))
 	base := ep.host.Client.Transport
 	if base == nil {
 		base = http.DefaultTransport
@@ -176,6 +177,14 @@ func (k *check) do(ctx context.Context, method, p, accept string) (*http.Respons
 		if resp.StatusCode != http.StatusUnauthorized {
 			return resp, nil
 		}
+		if resp.Request != nil && resp.Request.URL.Host != req.URL.Host {
+			// A redirect's target (the registry's storage) refused: its
+			// challenge is that host's, never the endpoint's, and the
+			// credential is not the storage's to have.
+			target := resp.Request.URL.Scheme + "://" + resp.Request.URL.Host
+			discard(resp)
+			return nil, failure(ErrUnreachable, "the registry's storage refused the request", "%s: redirected to %s, which answered 401", what, target)
+		}
 		ch, ok := challengeFrom(resp.Header)
 		discard(resp)
 		if !ok {
@@ -201,8 +210,11 @@ func tokenFailure(err error) *Error {
 		if u, perr := url.Parse(st.RequestURL); perr == nil {
 			realm += " " + u.Scheme + "://" + u.Host + u.Path
 		}
-		if st.StatusCode == http.StatusUnauthorized || st.StatusCode == http.StatusForbidden {
+		switch st.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
 			return failure(ErrDenied, "access denied", "%s refused the credential: %d", realm, st.StatusCode)
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong, http.StatusRequestHeaderFieldsTooLarge:
+			return failure(ErrDenied, "the registry refused the request", "%s refused the token request: %d", realm, st.StatusCode)
 		}
 		return failure(ErrUnreachable, "token request failed", "%s answered %d", realm, st.StatusCode)
 	case errors.Is(err, docker.ErrInvalidAuthorization):
@@ -214,11 +226,18 @@ func tokenFailure(err error) *Error {
 }
 
 // run resolves the reference, picks the platform's manifest, compares its
-// config with imageID and, with blobs, proves each blob present.
-func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Platform, blobs bool) error {
+// config with imageID and, with blobs, fetches the config (its bytes
+// verified), proves each layer present, and proves by their bytes the
+// layers chooser names.
+func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Platform, blobs bool, chooser LayerChooser) error {
 	platform := platforms.Only(spec)
 	// The token scope, as containerd's resolver asks it.
 	ctx = docker.ContextWithAppendPullRepositoryScope(ctx, k.name.repository)
+	// The registry's answers are bounded; the proof of layers (its own
+	// bound) and the caller's question are not by this.
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, k.c.timeout)
+	defer cancel()
 	// Manifests taken from the cache that the registry was not asked for in
 	// this check: a HEAD must show the repository holds them for this
 	// credential.
@@ -228,6 +247,9 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 	if err != nil {
 		return err
 	}
+	// The endpoint answered the reference as a registry does: it may name
+	// its own metric series from now on (within the bound).
+	k.c.labels.earn(k.name.registry, k.ep)
 	if !asked {
 		prove = append(prove, d)
 	}
@@ -250,20 +272,42 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 		d = desc.Digest
 	}
 	k.res.ImageManifest, k.res.ConfigDigest = d, m.config.Digest
-	need := append([]ocispec.Descriptor{m.config}, m.layers...)
-	for _, b := range need {
+	k.res.Blobs = append(k.res.Blobs, m.config.Digest)
+	for _, b := range m.layers {
 		k.res.Blobs = append(k.res.Blobs, b.Digest)
 	}
 	if imageID != "" && m.config.Digest != imageID {
 		return failure(ErrMoved, "the reference resolves to another image", "%s resolves to image %s, not %s", k.name, m.config.Digest, imageID)
 	}
 	if !blobs {
-		need = nil // prove holds the reference itself, when it came from the cache
+		// Resolving only: prove holds the reference itself, when it came
+		// from the cache.
+		if len(prove) == 0 {
+			return nil
+		}
+		_, err := k.heads(ctx, prove, nil, nil)
+		return err
 	}
-	if len(prove) == 0 && len(need) == 0 {
+	// One round: the config's bytes (GET), and a HEAD of each layer and of
+	// each manifest taken from the cache.
+	config, err := k.heads(ctx, prove, &m.config, m.layers)
+	if err != nil {
+		return err
+	}
+	layers, err := layersOf(config, m.layers)
+	if err != nil {
+		return failure(ErrUnreachable, "invalid answer", "image %s: %v", m.config.Digest, err)
+	}
+	k.res.Layers = layers
+	if chooser == nil {
 		return nil
 	}
-	return k.heads(ctx, prove, need)
+	cancel()
+	want, err := chooser(parent, m.config.Digest, layers)
+	if err != nil {
+		return err
+	}
+	return k.proveLayers(parent, layers, want)
 }
 
 // resolve answers what the reference names, and whether the registry was
@@ -411,6 +455,11 @@ func statusFailure(what string, resp *http.Response) *Error {
 	switch resp.StatusCode {
 	case http.StatusNotFound:
 		return failure(ErrDenied, "not found in the repository", "%s", detail)
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong, http.StatusRequestHeaderFieldsTooLarge:
+		// The request itself was refused (a pull secret too large for the
+		// registry's headers, a name it will not take): a refusal of this
+		// request, not a registry that cannot be asked.
+		return failure(ErrDenied, "the registry refused the request", "%s", detail)
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return failure(ErrDenied, "access denied", "%s", detail)
 	case http.StatusTooManyRequests:
@@ -424,43 +473,51 @@ func discard(resp *http.Response) {
 	resp.Body.Close()
 }
 
-// heads proves, with one round of HEAD requests in parallel (bounded),
-// that the repository holds each manifest and blob for this credential.
-func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []ocispec.Descriptor) error {
+// heads proves, with one round of requests in parallel (bounded), that
+// the repository holds each manifest and blob for this credential: a HEAD
+// of each, and for config (when not nil) a GET whose bytes must be the
+// config's. It returns the config's bytes.
+func (k *check) heads(ctx context.Context, manifests []digest.Digest, config *ocispec.Descriptor, blobs []ocispec.Descriptor) ([]byte, error) {
 	type target struct {
+		method string
 		path   string
 		digest digest.Digest
 		accept string
 	}
 	var targets []target
+	if config != nil {
+		targets = append(targets, target{http.MethodGet, "/blobs/" + config.Digest.String(), config.Digest, ""})
+	}
 	for _, d := range manifests {
-		targets = append(targets, target{"/manifests/" + d.String(), d, acceptManifests})
+		targets = append(targets, target{http.MethodHead, "/manifests/" + d.String(), d, acceptManifests})
 	}
 	for _, b := range blobs {
-		targets = append(targets, target{"/blobs/" + b.Digest.String(), b.Digest, ""})
+		targets = append(targets, target{http.MethodHead, "/blobs/" + b.Digest.String(), b.Digest, ""})
 	}
 	if len(targets) > maxBlobs {
-		return failure(ErrUnreachable, "invalid answer", "the image needs %d blobs, over the bound of %d", len(targets), maxBlobs)
+		return nil, failure(ErrUnreachable, "invalid answer", "the image needs %d blobs, over the bound of %d", len(targets), maxBlobs)
 	}
 	const (
 		failed = iota // the zero value: an outcome never set fails closed
 		present
 		missing
 		refused
+		forged // a GET whose bytes are not the content asked for
 	)
 	type outcome struct {
 		kind int
 		err  error
 	}
 	outcomes := make([]outcome, len(targets))
+	var configBody []byte
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var g errgroup.Group
 	g.SetLimit(k.c.maxParallel)
 	for i, t := range targets {
 		g.Go(func() error {
-			what := "HEAD " + k.name.repository + t.path
-			resp, err := k.do(ctx, http.MethodHead, t.path, t.accept)
+			what := t.method + " " + k.name.repository + t.path
+			resp, err := k.do(ctx, t.method, t.path, t.accept)
 			switch {
 			case errors.Is(err, ErrDenied):
 				outcomes[i] = outcome{refused, err}
@@ -468,6 +525,20 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 			case err != nil:
 				outcomes[i] = outcome{failed, err}
 				cancel() // the answer is unreachable anyway: stop asking
+				return nil
+			}
+			if t.method == http.MethodGet && resp.StatusCode == http.StatusOK {
+				body, err := readConfig(resp, what, t.digest)
+				switch {
+				case errors.Is(err, errForged):
+					outcomes[i] = outcome{forged, err}
+				case err != nil:
+					outcomes[i] = outcome{failed, err}
+					cancel()
+				default:
+					configBody = body
+					outcomes[i] = outcome{kind: present}
+				}
 				return nil
 			}
 			discard(resp)
@@ -479,7 +550,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 					return nil
 				}
 				outcomes[i] = outcome{kind: present}
-			case isRedirect(code):
+			case isRedirect(code) && t.method == http.MethodHead:
 				outcomes[i] = outcome{kind: present} // sent on to the storage: see checkRedirect
 			case code == http.StatusNotFound:
 				outcomes[i] = outcome{kind: missing}
@@ -496,23 +567,25 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 
 	var absent []string
 	var firstFailure, cancelled error
+	regLabel, epLabel := k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep)
 	for i, o := range outcomes {
 		switch o.kind {
 		case present:
 			k.res.BlobsChecked++
-			k.c.metrics.blobs.WithLabelValues(k.name.registry, k.ep.label(), "present").Inc()
-		case missing, refused:
-			how := "missing"
-			if o.kind == refused {
-				how = "refused"
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, "present").Inc()
+		case missing, refused, forged:
+			how := map[int]string{missing: "missing", refused: "refused", forged: "not its content"}[o.kind]
+			label := how
+			if o.kind == forged {
+				label = "error"
 			}
-			k.c.metrics.blobs.WithLabelValues(k.name.registry, k.ep.label(), how).Inc()
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, label).Inc()
 			absent = append(absent, fmt.Sprintf("%s %s", targets[i].digest, how))
 		default:
-			k.c.metrics.blobs.WithLabelValues(k.name.registry, k.ep.label(), "error").Inc()
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, "error").Inc()
 			switch {
 			case o.err == nil:
-				firstFailure = failure(ErrUnreachable, "internal error", "HEAD %s%s: no outcome", k.name.repository, targets[i].path)
+				firstFailure = failure(ErrUnreachable, "internal error", "%s %s%s: no outcome", targets[i].method, k.name.repository, targets[i].path)
 			case errors.Is(o.err, context.Canceled):
 				cancelled = o.err
 			case firstFailure == nil:
@@ -524,13 +597,13 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, blobs []oc
 		if n > 10 {
 			absent = append(absent[:10], "…")
 		}
-		return failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", n, len(targets)),
-			"HEAD in %s: %s", k.name.repository, strings.Join(absent, ", "))
+		return nil, failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", n, len(targets)),
+			"in %s: %s", k.name.repository, strings.Join(absent, ", "))
 	}
 	if firstFailure != nil {
-		return firstFailure
+		return nil, firstFailure
 	}
-	return cancelled // nil, or the caller's context was cancelled
+	return configBody, cancelled // nil, or the caller's context was cancelled
 }
 
 // checkTransport counts and times a check's requests and bounds every
@@ -542,13 +615,16 @@ type checkTransport struct {
 
 func (t *checkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.k.requests.Add(1)
+	if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/manifests/") {
+		t.k.manifestGets.Add(1)
+	}
 	start := time.Now()
 	resp, err := t.base.RoundTrip(req)
 	t.k.observe.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxManifestBytes}
+	resp.Body = &cappedBody{ReadCloser: resp.Body, left: bodyLimit(req.Context())}
 	return resp, nil
 }
 

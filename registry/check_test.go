@@ -254,7 +254,7 @@ func TestCheck(t *testing.T) {
 					name: "a blob HEAD redirected to the registry's storage counts as present, the redirect not followed",
 					hook: func(e *env) func(http.ResponseWriter, *http.Request) bool {
 						return func(w http.ResponseWriter, r *http.Request) bool {
-							if strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") != "" {
+							if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") != "" {
 								http.Redirect(w, r, "http://"+e.reg.host+"/storage/refuses-a-head", http.StatusTemporaryRedirect)
 								return true
 							}

@@ -29,6 +29,15 @@ type Options struct {
 	// ManifestCacheBytes bounds the manifests kept in memory (verified by
 	// digest); 0 is 8 MiB, negative keeps none.
 	ManifestCacheBytes int64
+	// ProofTimeout bounds the proof of a pull's layers by their bytes
+	// (Request.ProveLayers); 0 is 10m.
+	ProofTimeout time.Duration
+	// MaxProofBytes bounds each layer a proof fetches, compressed; 0 is
+	// 8 GiB. A layer over it cannot be proven: the pull is refused.
+	MaxProofBytes int64
+	// MaxProofParallel bounds the layers one proof fetches at once; 0 is 3,
+	// containerd's default for a pull's layer downloads.
+	MaxProofParallel int
 	// Registerer takes the metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Logger gets one debug line per check; nil discards.
@@ -38,11 +47,15 @@ type Options struct {
 // Checker asks registries whether a credential can read an image. Safe for
 // concurrent use; Reload may run alongside checks.
 type Checker struct {
-	hostDir     func(string) (string, error)
-	timeout     time.Duration
-	maxParallel int
-	log         *slog.Logger
-	metrics     *metrics
+	hostDir          func(string) (string, error)
+	timeout          time.Duration
+	maxParallel      int
+	proofTimeout     time.Duration
+	maxProofBytes    int64
+	maxProofParallel int
+	log              *slog.Logger
+	metrics          *metrics
+	labels           *labelSet
 
 	vouched       atomic.Pointer[map[string]vouchedURL]
 	vouchedClient *http.Client
@@ -54,12 +67,22 @@ type Checker struct {
 
 // New validates opts and returns a Checker.
 func New(opts Options) (*Checker, error) {
-	c := &Checker{timeout: opts.Timeout, maxParallel: opts.MaxParallel, log: opts.Logger}
+	c := &Checker{timeout: opts.Timeout, maxParallel: opts.MaxParallel, log: opts.Logger,
+		proofTimeout: opts.ProofTimeout, maxProofBytes: opts.MaxProofBytes, maxProofParallel: opts.MaxProofParallel}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
 	}
 	if c.maxParallel <= 0 {
 		c.maxParallel = 8
+	}
+	if c.proofTimeout <= 0 {
+		c.proofTimeout = 10 * time.Minute
+	}
+	if c.maxProofBytes <= 0 {
+		c.maxProofBytes = 8 << 30
+	}
+	if c.maxProofParallel <= 0 {
+		c.maxProofParallel = 3
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -75,6 +98,7 @@ func New(opts Options) (*Checker, error) {
 	}
 	c.manifests = newManifestCache(max(cacheBytes, 0))
 	c.vouchedClient = newVouchedClient(c)
+	c.labels = newLabelSet(maxLabelledHosts)
 	if err := c.Reload(opts.Vouched); err != nil {
 		return nil, err
 	}
@@ -102,6 +126,11 @@ func (c *Checker) Reload(vouched []VouchedMirror) error {
 		return err
 	}
 	c.vouched.Store(&v)
+	hosts := make([]string, 0, len(v))
+	for r := range v {
+		hosts = append(hosts, r)
+	}
+	c.labels.setFixed(hosts)
 	c.hosts.mu.Lock()
 	old := c.hosts.m
 	c.hosts.m = nil
@@ -125,12 +154,12 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 	res.CredentialKind = r.Credential.Kind()
 	name, err := parseImage(r.Image)
 	if err != nil {
-		c.metrics.checks.WithLabelValues("", "", resultInvalid).Inc()
+		c.metrics.checks.WithLabelValues(otherHost, "", resultInvalid).Inc()
 		return res, err
 	}
 	imageID, err := parseImageID(r.ImageID)
 	if err != nil {
-		c.metrics.checks.WithLabelValues(name.registry, "", resultInvalid).Inc()
+		c.metrics.checks.WithLabelValues(c.labels.registry(name.registry), "", resultInvalid).Inc()
 		return res, err
 	}
 	platform := platforms.DefaultSpec()
@@ -139,13 +168,14 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 	}
 	res.Registry, res.Repository = name.registry, name.repository
 
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	// Each phase that asks the registry is bounded by c.timeout (run,
+	// runBeside); the rest (waiting for the runtime's pull, a layer's
+	// proof, with its own bound) by the caller's context.
 	// containerd's authorizer logs through logrus: keep it off stderr.
 	ctx = log.WithLogger(ctx, quietLogger)
 	chk := &check{c: c, name: name, cred: r.Credential, res: &res}
 	defer func() {
-		res.Requests = int(chk.requests.Load())
+		res.Requests, res.ManifestGets = int(chk.requests.Load()), int(chk.manifestGets.Load())
 		result := resultVerified
 		switch {
 		case errors.Is(err, ErrDenied):
@@ -159,11 +189,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		if errors.As(err, &e) && e.Endpoint == "" {
 			e.Endpoint = res.Endpoint
 		}
-		endpoint := ""
-		if chk.ep != nil {
-			endpoint = chk.ep.label()
-		}
-		c.metrics.checks.WithLabelValues(name.registry, endpoint, result).Inc()
+		c.metrics.checks.WithLabelValues(c.labels.registry(name.registry), c.labels.endpoint(chk.ep), result).Inc()
 		c.log.LogAttrs(ctx, slog.LevelDebug, "registry check",
 			slog.String("image", r.Image), slog.String("endpoint", res.Endpoint), slog.Bool("vouched", res.Vouched),
 			slog.String("credential", res.CredentialKind), slog.String("result", result),
@@ -171,13 +197,18 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 			slog.Int("requests", res.Requests), slog.Duration("duration", time.Since(start)), errAttr(err))
 	}()
 
-	ep, err := c.endpointFor(ctx, name.registry)
+	ectx, cancel := context.WithTimeout(ctx, c.timeout)
+	ep, err := c.endpointFor(ectx, name.registry)
+	cancel()
 	if err != nil {
 		return res, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
 	}
 	res.Endpoint, res.Vouched = ep.String(), ep.vouched
 	chk.start(ctx, ep)
-	return res, chk.run(ctx, imageID, platform, r.Blobs)
+	if r.Pulled != nil && r.Blobs {
+		return res, chk.runBeside(ctx, platform, r)
+	}
+	return res, chk.run(ctx, imageID, platform, r.Blobs, r.ProveLayers)
 }
 
 func errAttr(err error) slog.Attr {

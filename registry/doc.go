@@ -2,7 +2,7 @@
 // read an image in a repository, content-aware: the registry's word, not
 // the runtime's. A pull that succeeded proves nothing when a mirror in
 // containerd's hosts.toml answered it, or when the runtime fetched nothing
-// because the content was already on the node (issue #28).
+// because the content was already on the node.
 //
 // # The contract
 //
@@ -20,17 +20,46 @@
 //     is a GET again, so a leaked digest is not enough);
 //   - the platform's manifest (picked from an index as containerd picks
 //     it) has the config Request.ImageID names, when it names one;
-//   - with Request.Blobs, a HEAD of each blob the image needs (config and
-//     layers, and any manifest taken from the memory cache) in this
-//     repository answered 200, or a redirect to the registry's storage
-//     (not followed: a registry redirects only once it found the blob for
-//     the credential), all in one round of parallel requests.
+//   - with Request.Blobs, the image's config served by GET, its bytes
+//     verified against its digest (a HEAD 200 would let a registry that
+//     never held the config name another image already on the node: the
+//     runtime fetches nothing it holds), and a HEAD of each other blob the
+//     image needs (layers, and any manifest taken from the memory cache)
+//     in this repository answered 200, or a redirect to the registry's
+//     storage (not followed: a registry redirects only once it found the
+//     blob for the credential), all in one round of parallel requests;
+//   - with Request.ProveLayers, each layer it names (by diff_id, from the
+//     verified config) fetched from this repository for this credential,
+//     its bytes the manifest's blob, decompressed to the diff_id, streamed
+//     and discarded, bounded by Options.MaxProofBytes and ProofTimeout
+//     (Result.Proven, Result.ProvenBytes). A runtime shares layers by
+//     diff_id without fetching or checking a blob, so for content the node
+//     holds from elsewhere only the bytes prove a registry has it.
+//
+// # Beside the runtime's pull
+//
+// With Request.Pulled, the check runs beside the runtime's own pull of the
+// image: the registry's word on the reference by HEAD (its
+// Docker-Content-Digest; a GET only when a HEAD names none), told to
+// Request.Resolved (an image policy decides on it meanwhile); then, once
+// the runtime pulled, its manifest must be the one the registry named (a
+// repo digest it recorded for the repository: containerd fetched and
+// verified those bytes; else ErrMoved), and the check takes that fetch for
+// the manifest's bytes: the config by its bytes (GET), its layers from
+// it, and no manifest GET, which Docker Hub counts as a pull, beyond the
+// runtime's own. A layer to prove needs its blob: then the manifest is
+// fetched. Each question to the registry is bounded by Options.Timeout;
+// the wait for the runtime's pull is the caller's. Result.ManifestGets
+// counts the manifest GETs a check made.
 //
 // Otherwise the error matches one of (errors.Is), and is an *Error whose
 // Error() is for the operator and whose Reason is short, for the pod:
 //
 //   - ErrDenied: 401/403 for this credential (or from the token endpoint),
-//     or the manifest or a blob unknown to this repository (404);
+//     the manifest or a blob unknown to this repository (404), a config or
+//     a proven layer whose bytes are not its content, or a request the
+//     registry refused as such (400, 413, 414, 431: a pull secret too
+//     large for its headers is a refusal, not an outage);
 //   - ErrMoved: the reference resolves to another image than ImageID, or
 //     its index has no manifest for the platform;
 //   - ErrUnreachable: network, TLS, timeout, 429, 5xx, other statuses, and
@@ -72,7 +101,9 @@
 // check. Each endpoint's challenge (scheme, realm, service; never a scope)
 // is remembered, and a new check's authorizer is seeded with it: no 401
 // round before the credential is sent. A 401 with another challenge (a
-// stale one) is learnt and the request sent once more.
+// stale one) is learnt and the request sent once more. A 401 from a
+// redirect's target (the registry's storage) is that host's: it is never
+// learnt for the endpoint, and no credential goes to its realm.
 //
 // So with a remembered challenge a check of a single-manifest image is one
 // request for the manifest (GET, or HEAD for a remembered tag), then one
@@ -82,7 +113,9 @@
 //
 // # Bounds
 //
-// Every check is bounded by Options.Timeout; every answer's body by 4 MiB;
+// Every check is bounded by Options.Timeout (its layer proofs by
+// Options.ProofTimeout); every answer's body by 4 MiB (a proven layer's by
+// Options.MaxProofBytes);
 // an image by 1024 blobs; HEADs in flight by Options.MaxParallel. Manifest
 // bodies verified by digest are kept in memory, parsed, up to
 // Options.ManifestCacheBytes, with the endpoints and repositories that
@@ -92,15 +125,21 @@
 //
 // # What it does not prove
 //
-// A HEAD answered 200 is the registry's word. A registry run by the party
-// asking (the manifest-only copy of issue #28) can answer 200 for blobs it
-// does not hold; the check then proves only that the registry served the
-// manifest bodies (which knowing a digest does not give). Only fetching
-// every layer and verifying it would prove more.
+// A HEAD answered 200 is the registry's word, taken for the registry's own
+// repositories. A registry run by the party asking can answer 200 for
+// blobs it does not hold; the check then proves that it served the
+// manifest and the config (which knowing their digests does not give),
+// and, for the layers ProveLayers names, their bytes. Which layers need
+// their bytes is the caller's decision (the node's content, which this
+// package does not know).
 //
 // Metrics (Options.Registerer), labelled by registry host and the
-// endpoint asked (scheme and host: the server, or a vouched mirror):
+// endpoint asked (scheme and host: the server, or a vouched mirror),
+// bounded: a host earns its own label when it answered a reference as a
+// registry (or the operator vouched a mirror for it), up to 64; others
+// are "other":
 // cri_image_proxy_registry_checks_total{registry,endpoint,result},
 // cri_image_proxy_registry_blob_checks_total{registry,endpoint,result},
+// cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result},
 // cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
 package registry

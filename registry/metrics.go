@@ -2,14 +2,16 @@ package registry
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are labelled by the registry host the image names (bounded by
-// what a node pulls) and the endpoint asked, scheme and host only (the
-// registry's server or a vouched mirror: one per registry), never by a
+// metrics are labelled by the registry host the image names and the
+// endpoint asked, scheme and host only (the registry's server or a vouched
+// mirror: one per registry), both bounded (labelSet: hosts no check
+// verified anything at, and those past the bound, are "other"), never by a
 // repository, an endpoint's path or anything of a credential.
 type metrics struct {
 	checks   *prometheus.CounterVec   // registry, endpoint, result
 	blobs    *prometheus.CounterVec   // registry, endpoint, result
 	requests *prometheus.HistogramVec // registry, endpoint
+	proofs   *prometheus.CounterVec   // registry, endpoint, result
 }
 
 // Results of a check, as the checks metric labels them.
@@ -36,11 +38,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to the response headers of each HTTP request of a check (token requests and redirects included), by registry host and endpoint.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"registry", "endpoint"}),
+		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "layer_proofs_total",
+			Help: "Layers a check proved by fetching their bytes (content the node shares by digest that this repository had not supplied), by registry host, endpoint and result (proven: layers; failed: proofs that failed).",
+		}, []string{"registry", "endpoint", "result"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.checks, m.blobs, m.requests} {
+	for _, c := range []prometheus.Collector{m.checks, m.blobs, m.requests, m.proofs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -75,8 +76,36 @@ type Request struct {
 	// Blobs: also prove that each blob the image needs (its config and
 	// layers, and the platform manifest when the reference names an index
 	// and that manifest was not fetched from the registry in this check)
-	// exists in this repository for this credential.
+	// exists in this repository for this credential; the config by its
+	// bytes (GET, its digest verified), the rest by HEAD.
 	Blobs bool
+	// ProveLayers (with Blobs) names the layers whose bytes the repository
+	// must also serve for this credential, decompressing to their
+	// diff_ids: content a node shares by digest that this repository has
+	// not supplied before. nil proves none.
+	ProveLayers LayerChooser
+	// Pulled, when set (with Blobs), is the runtime's own pull of the
+	// image, run beside the check: it waits for it and returns what it
+	// proved. The check then asks the registry's word on the reference by
+	// HEAD while the runtime pulls, and where the runtime's manifest is the
+	// one the registry names, takes the runtime's fetch of it for its bytes
+	// (containerd verifies what it fetches): no manifest GET, which some
+	// registries count as a pull, beyond the runtime's own. ImageID is then
+	// the runtime's. An error of Pulled ends the check with it.
+	Pulled func(ctx context.Context) (PulledImage, error)
+	// Resolved, when set (with Pulled), is told the manifest digest the
+	// registry names for the reference, before the check waits for the
+	// runtime: a decision on it (image policy) runs beside the pull. Its
+	// error ends the check with it.
+	Resolved func(ctx context.Context, manifest digest.Digest) error
+}
+
+// PulledImage is what the runtime's own pull proved of an image: its ID
+// (the config's digest) and the manifest digests it recorded for the
+// repository (its repo digests there), whose bytes it fetched and verified.
+type PulledImage struct {
+	ImageID         digest.Digest
+	ManifestDigests []digest.Digest
 }
 
 // Result is what the registry answered, and how it was asked. On an
@@ -92,9 +121,18 @@ type Result struct {
 	ConfigDigest   digest.Digest // the image's config: the runtime's image ID
 
 	Blobs        []digest.Digest // the blobs the image needs: its config, then its layers
-	BlobsChecked int             // blobs (and manifests) proven present in the repository by HEAD
+	BlobsChecked int             // blobs (and manifests) proven present in the repository: the config by its bytes, the rest by HEAD
+
+	// Layers are the image's layers, from the config the check fetched
+	// (with Blobs): each blob with the diff_id the config gives it.
+	Layers []Layer
+	// Proven are the diff_ids whose bytes the repository served and that
+	// were verified (ProveLayers); ProvenBytes what fetching them cost.
+	Proven      []digest.Digest
+	ProvenBytes int64
 
 	Requests       int    // HTTP requests this check made, token requests and redirects included
+	ManifestGets   int    // of which GETs of a manifest: what Docker Hub counts as a pull
 	CredentialKind string // KindAnonymous, KindBasic, KindIdentityToken or KindRegistryToken
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,11 +72,37 @@ func policyValidate(out io.Writer, f *policyFlags) error {
 			p.FailurePolicy, p.Timeout, p.AllowCacheDuration, p.DenyCacheDuration, creds, p.File)
 	}
 	w.Flush()
+	for _, p := range cfg.Providers {
+		fmt.Fprintf(out, "provider %s: %s\n", p.Name, describeWatchFiles(p.WatchFiles, p.WatchFilesFromArgs))
+	}
 	if cfg.DefaultNamespace != "" {
 		fmt.Fprintf(out, "pulls without a pod are decided for namespace %s\n", cfg.DefaultNamespace)
 	}
+	fmt.Fprintf(out, "noMatchPolicy (an image no provider applies to): %s\n", describeNoMatch(cfg.NoMatch))
 	fmt.Fprintf(out, "valid: %d image policy provider(s), config hash %s\n", len(cfg.Providers), cfg.Hash)
 	return nil
+}
+
+// describeWatchFiles says which of a plugin's files drop its cached
+// verdicts when they change.
+func describeWatchFiles(files []string, fromArgs bool) string {
+	from := "watchFiles"
+	if fromArgs {
+		from = "taken from its args"
+	}
+	if len(files) == 0 {
+		return fmt.Sprintf("no file watched (%s): a change of its policy or keys takes effect at a reload or when its verdicts expire", from)
+	}
+	return fmt.Sprintf("a change of %s drops its cached verdicts (%s)", strings.Join(files, ", "), from)
+}
+
+// describeNoMatch lists the namespaces' no-match policies.
+func describeNoMatch(r imagepolicy.NoMatchRules) string {
+	parts := []string{fmt.Sprintf("%s by default", r.DefaultPolicy())}
+	for _, ns := range slices.Sorted(maps.Keys(r.Namespaces)) {
+		parts = append(parts, fmt.Sprintf("%s in %s", r.Namespaces[ns], ns))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // policySubject is the subject plugins test asks about.
@@ -131,8 +159,12 @@ func policyTest(ctx context.Context, out io.Writer, stdin io.Reader, f *policyFl
 	if repo == "" {
 		repo = "(none: known by ID only)"
 	}
-	fmt.Fprintf(out, "image %s, call %s, namespace %q: the providers get repository %s, digest %s, image ID %s\n\n",
+	if x.Repository != "" {
+		repo = x.Repository
+	}
+	fmt.Fprintf(out, "image %s, call %s, namespace %q: the providers get repository %s, digest %s, image ID %s\n",
 		image, s.Call, x.Namespace, repo, orNone(s.Digest), orNone(s.ImageID))
+	fmt.Fprintf(out, "namespace %q's noMatchPolicy (an image no provider applies to): %s\n\n", x.Namespace, x.NoMatchPolicy)
 	for _, p := range x.Providers {
 		if !p.Applies {
 			fmt.Fprintf(out, "provider %s: does not apply: %s\n", p.Provider, p.Why)
@@ -171,13 +203,19 @@ func policyTest(ctx context.Context, out io.Writer, stdin io.Reader, f *policyFl
 		}
 	}
 	fmt.Fprintln(out)
+	if len(v.Decisions) == 0 {
+		fmt.Fprintf(out, "%s\n", v.Reason())
+	}
 	if !v.Allowed {
 		fmt.Fprintf(out, "verdict: REFUSED (%s)\n", v.PodReason)
 		return fmt.Errorf("image %s is refused for namespace %q", image, v.Namespace)
 	}
-	if len(v.Decisions) == 0 {
+	switch {
+	case len(v.Decisions) == 0 && v.NoMatchPolicy == imagepolicy.NoMatchWarn:
+		fmt.Fprintln(out, "verdict: allowed with a warning: no provider applies (the daemon logs and counts it)")
+	case len(v.Decisions) == 0:
 		fmt.Fprintln(out, "verdict: allowed: no provider applies")
-	} else {
+	default:
 		fmt.Fprintln(out, "verdict: allowed")
 	}
 	return nil

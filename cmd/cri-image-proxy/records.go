@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	digest "github.com/opencontainers/go-digest"
 	"io"
 	"os"
 	"slices"
@@ -318,7 +319,11 @@ holds are settled then, as after a crash.`,
 			if err != nil {
 				return fmt.Errorf("%w (nothing restored)", err)
 			}
-			rep, err := records.Restore(f.database, args[0], present, time.Now(), records.RestoreOptions{ForgetUnreadableIntents: forgetIntents})
+			layers, err := f.preloadedLayers(cmd.Context(), images, present)
+			if err != nil {
+				return fmt.Errorf("%w (nothing restored)", err)
+			}
+			rep, err := records.Restore(f.database, args[0], present, time.Now(), records.RestoreOptions{ForgetUnreadableIntents: forgetIntents, Preloaded: layers})
 			if errors.Is(err, records.ErrIntentsUnreadable) {
 				return fmt.Errorf("%w (nothing restored): wait until no pull is in flight (crictl images no longer changes), then run again with --forget-unreadable-intents", err)
 			}
@@ -340,8 +345,8 @@ holds are settled then, as after a crash.`,
 			if rep.Intents > 0 {
 				fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
 			}
-			if rep.Preloaded > 0 {
-				fmt.Fprintf(out, "the preloaded names of %d image(s) on the node, from the database it replaced, carried over: they stay free to all pods\n", rep.Preloaded)
+			if rep.PreloadedCarried > 0 {
+				fmt.Fprintf(out, "the preloaded names of %d image(s) on the node, from the database it replaced, carried over: they stay free to all pods\n", rep.PreloadedCarried)
 			}
 			if rep.IntentsLost != "" {
 				fmt.Fprintf(out, "the pull intents of the database it replaced could not be read (%s) and were forgotten, as --forget-unreadable-intents asked\n", rep.IntentsLost)
@@ -481,6 +486,13 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			if len(e.Preloaded) > 0 {
 				fmt.Fprintf(out, "preloaded:   %s (listed so before its first recorded pull)\n", strings.Join(e.Preloaded, ", "))
 			}
+			if e.LayersSeen != nil {
+				fmt.Fprintf(out, "layers:      %d, known since %s", len(e.Layers), e.LayersSeen.Format("2006-01-02T15:04:05Z07:00"))
+				if len(e.Vouched) > 0 {
+					fmt.Fprintf(out, "; every one vouched for by %s", strings.Join(e.Vouched, ", "))
+				}
+				fmt.Fprintln(out)
+			}
 			for _, v := range e.Verifications {
 				by := "the registry"
 				if v.Vouched {
@@ -493,6 +505,12 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 				}
 				if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
 					fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, pullreport.MaxListedBlobs)
+				}
+				for _, l := range v.ProvenLayers {
+					fmt.Fprintf(out, "             layer proven by its bytes: %s\n", l)
+				}
+				if len(v.ProvenLayers) > 0 {
+					fmt.Fprintf(out, "             (%d bytes fetched to prove them: the node shared them from another image)\n", v.ProvenBytes)
 				}
 			}
 			fmt.Fprintf(out, "check:       %s\n", e.Result)
@@ -521,8 +539,9 @@ func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
 	for _, as := range pe.As {
 		x := as.Explanation
 		fmt.Fprintf(out, "image policy: namespace %s, repository %s, digest %s (policy configuration %s)\n", x.Namespace, orDash(as.Repository), orDash(as.Digest), x.ConfigHash)
+		fmt.Fprintf(out, "  noMatchPolicy of namespace %s (an image no provider applies to): %s\n", x.Namespace, x.NoMatchPolicy)
 		for _, p := range x.Providers {
-			line := fmt.Sprintf("  %s: applies=%v, %s", p.Provider, p.Applies, p.Why)
+			line := fmt.Sprintf("  %s: applies=%v, %s; %s", p.Provider, p.Applies, p.Why, describeWatchFiles(p.WatchFiles, p.WatchFilesFromArgs))
 			if c := p.Cached; c != nil {
 				what := "allowed"
 				if !c.Allowed {
@@ -652,6 +671,37 @@ func (f *recordsFlags) listImages(ctx context.Context) ([]ensure.Image, error) {
 		return nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
 	}
 	return images, nil
+}
+
+// preloadedLayers asks the runtime for the layers of the images left out
+// of present (those named preloaded, wholly): the proxy then knows them as
+// on the node before anything. An image whose layers the runtime does not
+// give is left out: the daemon decides it as an image it never saw.
+func (f *recordsFlags) preloadedLayers(ctx context.Context, images []ensure.Image, present []records.Image) (map[string][]digest.Digest, error) {
+	kept := map[string]bool{}
+	for _, img := range present {
+		kept[img.ID] = true
+	}
+	backend, err := criproxy.Dial(f.runtime, "")
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
+	out := map[string][]digest.Digest{}
+	for _, img := range images {
+		if kept[img.ID] {
+			continue
+		}
+		diffIDs, ok, err := rt.ImageLayers(ctx, img.ID)
+		if err != nil {
+			return nil, fmt.Errorf("the layers of %s: %w", img.ID, err)
+		}
+		if ok {
+			out[img.ID] = diffIDs
+		}
+	}
+	return out, nil
 }
 
 // nodeImages is listImages with the repositories each is listed under.

@@ -11,9 +11,11 @@
 //   - The policy file (--policy; config.cri-image-proxy.io/v1alpha1
 //     SigstoreImagePolicy) is read at every run, strictly, and validated
 //     whole: per-namespace policies (namespaces, images in the kubelet's
-//     matchImages syntax, authorities: public keys, or keyless identities
+//     matchImages syntax matched as the proxy matches them, every spelling
+//     of a host that host, authorities: public keys, or keyless identities
 //     and issuers checked against an offline trusted root), registry
-//     endpoints and CA files. The first policy covering the pod's
+//     endpoints and CA files (a registry's entry found under any spelling
+//     of its host). The first policy covering the pod's
 //     namespace and the image's repository decides; no policy refuses.
 //   - Signatures are found at the image's own registry (or the endpoint
 //     the policy names for it), with the pull's credential when the proxy

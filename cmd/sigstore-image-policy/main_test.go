@@ -370,6 +370,35 @@ policies:
 		t.Errorf("verdict %+v", resp)
 	}
 
+	t.Run("every spelling of the host finds its policy and its endpoint, as the proxy matches them", func(t *testing.T) {
+		spelt := w.write(t, "spelt.yaml", `apiVersion: config.cri-image-proxy.io/v1alpha1
+kind: SigstoreImagePolicy
+registries: [{host: Registry.Rig.Test, endpoint: "http://`+reg.host+`"}]
+policies:
+  - name: p
+    namespaces: ["*"]
+    images: [REGISTRY.rig.test/team]
+    authorities: [{name: release-key, key: {path: `+filepath.Join(w.dir, "release.pub")+`}}]
+`)
+		for _, repo := range []string{"registry.rig.test/team/app", "REGISTRY.RIG.TEST/team/app", "registry.rig.test:443/team/app"} {
+			if resp := ask(t, spelt, pullRequest(repo+"@"+digest, "any")); !*resp.Allowed {
+				t.Errorf("%s: verdict %+v", repo, resp)
+			}
+		}
+		if resp := ask(t, spelt, pullRequest("registry.rig.test:5000/team/app@"+digest, "any")); *resp.Allowed || !strings.Contains(resp.Reason, "no policy of") {
+			t.Errorf("another port: verdict %+v, want no policy", resp)
+		}
+	})
+	t.Run("two entries for one host in two spellings are refused", func(t *testing.T) {
+		dup := w.write(t, "dup.yaml", `apiVersion: config.cri-image-proxy.io/v1alpha1
+kind: SigstoreImagePolicy
+registries: [{host: registry.rig.test, endpoint: "http://`+reg.host+`"}, {host: REGISTRY.RIG.TEST}]
+policies: [{name: p, namespaces: ["*"], authorities: [{name: k, key: {path: `+filepath.Join(w.dir, "release.pub")+`}}]}]
+`)
+		if _, err := LoadPolicy(dup); err == nil || !strings.Contains(err.Error(), `registries[1].host: Duplicate value: "REGISTRY.RIG.TEST"`) {
+			t.Errorf("got %v", err)
+		}
+	})
 }
 
 func TestClip(t *testing.T) {

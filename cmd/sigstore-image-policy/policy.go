@@ -5,9 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -173,7 +175,8 @@ func build(pf *policyFile) (*Policy, field.ErrorList) {
 		if r.Host == "" || strings.ContainsAny(r.Host, "/ ") {
 			errs = append(errs, field.Invalid(fp.Child("host"), r.Host, "a registry host[:port], as image references name it"))
 		}
-		if _, dup := p.registries[r.Host]; dup {
+		host := canonicalHost(r.Host)
+		if _, dup := p.registries[host]; dup {
 			errs = append(errs, field.Duplicate(fp.Child("host"), r.Host))
 		}
 		if r.Endpoint != "" {
@@ -188,7 +191,7 @@ func build(pf *policyFile) (*Policy, field.ErrorList) {
 				errs = append(errs, field.Invalid(fp.Child("caFile"), r.CAFile, "no PEM certificate: "+err.Error()))
 			}
 		}
-		p.registries[r.Host] = r
+		p.registries[host] = r
 	}
 	if len(pf.Policies) == 0 {
 		errs = append(errs, field.Required(field.NewPath("policies"), "at least 1 policy"))
@@ -374,7 +377,28 @@ func first(a, b string) string {
 	return b
 }
 
-// forImage returns the first policy covering namespace and repository.
+// canonicalHost is a registry host in the form every spelling of it has
+// (case-folded, an IP literal canonical), for the registries' keys.
+func canonicalHost(host string) string { return keyring.CanonicalRepository(host) }
+
+// registryFor is the registries entry for host: the one naming it in any
+// spelling, else one naming it with or without its scheme's default port
+// (443, 80), as the runtime reaches it; false for none.
+func (p *Policy) registryFor(host string) (registryConfig, bool) {
+	if rc, ok := p.registries[canonicalHost(host)]; ok {
+		return rc, true
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.registries)) {
+		if keyring.SameHost(k, host) {
+			return p.registries[k], true
+		}
+	}
+	return registryConfig{}, false
+}
+
+// forImage returns the first policy covering namespace and repository,
+// its images matched as the runtime reaches registries (as the proxy
+// matches matchImages): every spelling of a host is that host.
 func (p *Policy) forImage(namespace, repository string) *nsPolicy {
 	for _, np := range p.policies {
 		if !covers(np.namespaces, namespace) {
@@ -384,7 +408,7 @@ func (p *Policy) forImage(namespace, repository string) *nsPolicy {
 			return np
 		}
 		for _, m := range np.images {
-			if keyring.MatchImage(m, repository) {
+			if keyring.MatchImageAsReached(m, repository) {
 				return np
 			}
 		}

@@ -71,7 +71,7 @@ func (p *Policy) newRegistry(ctx context.Context, repository string, cred *polic
 	}
 	host := repo.RegistryStr()
 	var rt http.RoundTripper = remote.DefaultTransport
-	if rc, ok := p.registries[host]; ok {
+	if rc, ok := p.registryFor(host); ok {
 		base := remote.DefaultTransport.(*http.Transport).Clone()
 		if rc.CAFile != "" {
 			pool, err := x509.SystemCertPool()

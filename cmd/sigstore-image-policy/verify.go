@@ -145,7 +145,8 @@ func newLegacyEntity(c *candidate, key bool) (*legacyEntity, error) {
 		if err != nil {
 			return nil, errors.New("the Rekor bundle's logID is not hex")
 		}
-		entry, err := tlog.NewEntry(body, cb.Payload.IntegratedTime, cb.Payload.LogIndex, logID, cb.SignedEntryTimestamp, nil) //nolint:staticcheck // cosign's legacy bundle is a Rekor v1 entry
+		//lint:ignore SA1019 cosign's legacy bundle is a Rekor v1 entry, which NewEntry parses; its replacement, NewTlogEntry, wants the kind and version this annotation does not carry and tries the body as Rekor v2 first
+		entry, err := tlog.NewEntry(body, cb.Payload.IntegratedTime, cb.Payload.LogIndex, logID, cb.SignedEntryTimestamp, nil)
 		if err != nil {
 			return nil, fmt.Errorf("the Rekor bundle's entry: %w", err)
 		}

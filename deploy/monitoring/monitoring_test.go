@@ -134,7 +134,7 @@ func checkQuery(families map[string]family, expr string) ([]string, []error) {
 			names = append(names, n.Name)
 			for _, m := range n.LabelMatchers {
 				switch {
-				case m.Name == labels.MetricName:
+				case m.Name == model.MetricNameLabel:
 					if m.Type != labels.MatchEqual {
 						errs = append(errs, fmt.Errorf("%s: the metric name is matched by %s", n, m.Type))
 					}

@@ -24,10 +24,12 @@ type MemoryStore struct {
 	mu       sync.Mutex
 	records  map[string]*ensure.Record
 	verified map[string]time.Time // image ID, repository, credential key
+	intents  map[string]string
+	layers   map[string]records.ImageLayers
+	vouched  map[string]bool // repository, diff_id, image ID
+	next     int
 	// preloaded are the images' preloaded names, sorted.
 	preloaded map[string][]string
-	intents   map[string]string
-	next      int
 	// Fail, when set, makes every call fail with it.
 	Fail error
 	// FailWrites, when set, makes RecordPull fail with it: the record
@@ -39,7 +41,8 @@ var _ ensure.RecordStore = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{records: map[string]*ensure.Record{}, verified: map[string]time.Time{}, intents: map[string]string{}, preloaded: map[string][]string{}}
+	return &MemoryStore{records: map[string]*ensure.Record{}, verified: map[string]time.Time{}, intents: map[string]string{},
+		layers: map[string]records.ImageLayers{}, vouched: map[string]bool{}, preloaded: map[string][]string{}}
 }
 
 func (m *MemoryStore) Get(ref string) (*ensure.Record, error) {
@@ -119,6 +122,111 @@ func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, inten
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.recordPullLocked(ref, repo, cred, intentID, now, preloaded)
+}
+
+// RecordVerifiedPull is RecordPull with the image's layers and repo's word
+// for each, all or nothing.
+func (m *MemoryStore) RecordVerifiedPull(ref, repo string, cred ensure.Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error {
+	if _, err := digest.Parse(ref); err != nil {
+		return fmt.Errorf("%w: %q", records.ErrInvalidImageRef, ref)
+	}
+	for _, d := range diffIDs {
+		if err := d.Validate(); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.recordPullLocked(ref, repo, cred, intentID, now, preloaded); err != nil {
+		return err
+	}
+	if _, ok := m.layers[ref]; !ok {
+		m.layers[ref] = records.ImageLayers{DiffIDs: slices.Clone(diffIDs), Seen: now}
+	}
+	for _, d := range diffIDs {
+		m.vouched[repo+"\x00"+string(d)+"\x00"+ref] = true
+	}
+	return nil
+}
+
+func (m *MemoryStore) Layers(ref string) (records.ImageLayers, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.layers[ref]
+	return l, ok
+}
+
+func (m *MemoryStore) LayerHolders(d digest.Digest) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for ref, l := range m.layers {
+		if slices.Contains(l.DiffIDs, d) {
+			out = append(out, ref)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (m *MemoryStore) NoteLayers(ref string, diffIDs []digest.Digest, seen time.Time) error {
+	if _, err := digest.Parse(ref); err != nil {
+		return fmt.Errorf("%w: %q", records.ErrInvalidImageRef, ref)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return m.Fail
+	}
+	if _, ok := m.layers[ref]; !ok {
+		m.layers[ref] = records.ImageLayers{DiffIDs: slices.Clone(diffIDs), Seen: seen}
+	}
+	return nil
+}
+
+func (m *MemoryStore) Vouched(repo string, d digest.Digest, ref string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return false, m.Fail
+	}
+	prefix := repo + "\x00" + string(d) + "\x00" + ref
+	for k := range m.vouched {
+		if strings.HasPrefix(k, prefix) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (m *MemoryStore) ForgetLayers(keep func(string) bool) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail != nil {
+		return 0, m.Fail
+	}
+	n := 0
+	for ref := range m.layers {
+		if _, rec := m.records[ref]; !rec && !keep(ref) {
+			delete(m.layers, ref)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// forgetVouched drops the words ref's pulls gave; m.mu is held.
+func (m *MemoryStore) forgetVouched(ref string) {
+	for k := range m.vouched {
+		if strings.HasSuffix(k, "\x00"+ref) {
+			delete(m.vouched, k)
+		}
+	}
+}
+
+// recordPullLocked is RecordPull; m.mu is held.
+func (m *MemoryStore) recordPullLocked(ref, repo string, cred ensure.Credential, intentID string, now time.Time, preloaded []string) error {
 	if m.Fail != nil {
 		return m.Fail
 	}
@@ -186,6 +294,7 @@ func (m *MemoryStore) Forget(ref string) (bool, error) {
 	_, ok := m.records[ref]
 	delete(m.records, ref)
 	m.forgetVerified(ref)
+	m.forgetVouched(ref)
 	return ok, nil
 }
 
@@ -209,6 +318,7 @@ func (m *MemoryStore) Prune(present func(string) bool, until time.Time) (int, er
 		if !present(ref) && r.LastUpdatedTime.Time.Before(until) {
 			delete(m.records, ref)
 			m.forgetVerified(ref)
+			m.forgetVouched(ref)
 			n++
 		}
 	}

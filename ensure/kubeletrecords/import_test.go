@@ -3,6 +3,7 @@ package kubeletrecords
 import (
 	"context"
 	"errors"
+	digest "github.com/opencontainers/go-digest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -99,7 +100,7 @@ func (n node) images() ([]records.Image, error) {
 	return out, nil
 }
 
-// Image, Images, PodUID and PodUIDs make node an ensure.Runtime.
+// Image, Images, ImageLayers, PodUID and PodUIDs make node an ensure.Runtime.
 func (n node) Image(_ context.Context, q ensure.ImageQuery) (ensure.Image, bool, error) {
 	for id, names := range n {
 		if id == q.Name || slices.Contains(names, q.Name) {
@@ -117,7 +118,10 @@ func (n node) Images(context.Context) ([]ensure.Image, error) {
 	return out, nil
 }
 
-func (node) PodUID(context.Context, string) (string, error)   { return "", nil }
+func (node) PodUID(context.Context, string) (string, error) { return "", nil }
+func (node) ImageLayers(context.Context, string) ([]digest.Digest, bool, error) {
+	return nil, false, nil
+}
 func (node) PodUIDs(context.Context) (map[string]bool, error) { return nil, nil }
 func noRuntime() ([]records.Image, error)                     { return nil, errors.New("connection refused") }
 func notAsked(t *testing.T) func() ([]records.Image, error) {

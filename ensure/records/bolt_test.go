@@ -197,12 +197,42 @@ var migrationTests = []struct {
 		},
 	},
 	{
-		name: "version 4 adds an empty bucket of preloaded names: an image recorded before has none, its record untouched",
+		name: "version 4 adds empty buckets of images' layers and of repositories' words for them: the daemon learns the layers from the runtime",
+		init: func(tx *bolt.Tx) error {
+			for _, b := range [][]byte{bucketLayers, bucketVouched} {
+				if err := tx.Bucket(bucketSchema).DeleteBucket(b); err != nil {
+					return err
+				}
+			}
+			r := &Record{ImageRef: "sha256:" + strings.Repeat("d", 64), LastUpdatedTime: metav1.NewTime(t0)}
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			return putRecord(tx, []byte(r.ImageRef), data, t0)
+		},
+		check: func(tx *bolt.Tx) error {
+			for _, b := range []*bolt.Bucket{layersBucket(tx), vouchedBucket(tx)} {
+				if b == nil {
+					return fmt.Errorf("a bucket is missing")
+				}
+				if k, _ := b.Cursor().First(); k != nil {
+					return fmt.Errorf("a new bucket is not empty: %q", k)
+				}
+			}
+			if recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("d", 64))) == nil {
+				return fmt.Errorf("the record is gone")
+			}
+			return nil
+		},
+	},
+	{
+		name: "version 5 adds an empty bucket of preloaded names: an image recorded before has none, its record untouched",
 		init: func(tx *bolt.Tx) error {
 			if err := tx.Bucket(bucketSchema).DeleteBucket(bucketPreloaded); err != nil {
 				return err
 			}
-			r := &Record{ImageRef: "sha256:" + strings.Repeat("d", 64), LastUpdatedTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+			r := &Record{ImageRef: "sha256:" + strings.Repeat("e", 64), LastUpdatedTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 				CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{"r.test/team/base": {KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{{CredentialHash: "h"}}}}}
 			data, err := encodeRecord(r)
 			if err != nil {
@@ -218,7 +248,7 @@ var migrationTests = []struct {
 			if k, _ := pb.Cursor().First(); k != nil {
 				return fmt.Errorf("the preloaded bucket is not empty: %q", k)
 			}
-			r, err := decodeRecord([]byte("sha256:"+strings.Repeat("d", 64)), recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("d", 64))))
+			r, err := decodeRecord([]byte("sha256:"+strings.Repeat("e", 64)), recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("e", 64))))
 			if err != nil || len(r.CredentialMapping["r.test/team/base"].KubernetesSecrets) != 1 {
 				return fmt.Errorf("the record changed: %+v, %v", r, err)
 			}

@@ -18,7 +18,9 @@ var (
 	bucketRepos    = []byte("repos")    // repository -> how many records restrict it
 	bucketUpdated  = []byte("updated")  // compact image ID -> when its record last changed (version 2)
 	bucketVerified = []byte("verified") // image ID, repository, credential -> when it was last verified (version 3)
-	// image ID -> its names before its first recorded pull (version 4)
+	bucketLayers   = []byte("layers")   // image ID -> when first seen, its layers' diff_ids (version 4)
+	bucketVouched  = []byte("vouched")  // repository, diff_id, image ID -> when the repository vouched for the layer (version 4)
+	// image ID -> its names before its first recorded pull (version 5)
 	bucketPreloaded = []byte("preloaded")
 
 	keyVersion      = []byte("version")
@@ -59,6 +61,11 @@ func intentsBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, b
 func metaBucket(tx *bolt.Tx) *bolt.Bucket    { return bucket(tx, bucketSchema, bucketMeta) }
 func reposBucket(tx *bolt.Tx) *bolt.Bucket   { return bucket(tx, bucketSchema, bucketRepos) }
 func updatedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketUpdated) }
+
+// layersBucket and vouchedBucket may be nil in a read-only open of a
+// version 3 file.
+func layersBucket(tx *bolt.Tx) *bolt.Bucket  { return bucket(tx, bucketSchema, bucketLayers) }
+func vouchedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketVouched) }
 
 // verifiedBucket may be nil in a read-only open of a version 2 file.
 func verifiedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketVerified) }

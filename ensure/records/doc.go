@@ -29,9 +29,17 @@
 //     database (a new salt, no records).
 //   - Undecodable records are skipped by List and reported by key; Get of
 //     one is an error, which callers treat as "verify".
+//   - ProbeWrite checks that the file takes writes as a record write needs
+//     them (commits of a small value, of one larger than a record write,
+//     then of their deletion) and changes no record, intent or counter; one
+//     that fails leaves the file as it was.
 //
 // The bbolt file (mode 0600) is laid out as:
 //
+//	write-probe                          ProbeWrite's value, between its
+//	                                     commits only (or a crash or failed
+//	                                     write between them: the next probe
+//	                                     removes it); outside the schema
 //	v1                                   schema bucket
 //	├── meta
 //	│   ├── version : <uvarint>          database version, see migrations
@@ -57,13 +65,34 @@
 //	│                                    node) was last verified for the image
 //	│                                    as the repository; written with the
 //	│                                    record, deleted with it
-//	└── preloaded                        (version 4)
+//	├── layers                           (version 4)
+//	│   └── *image ID* : <8 bytes><diff_id>\n<diff_id>…
+//	│                                    when the proxy first learnt the
+//	│                                    image's layers (its pull, or its
+//	│                                    first sighting on the node), and
+//	│                                    their diff_ids in order; kept while
+//	│                                    the image is on the node or has a
+//	│                                    record, loaded into memory at open
+//	├── vouched                          (version 4)
+//	│   └── *repository*\0*diff_id*\0*image ID* : <8 bytes>
+//	│                                    the repository vouched for the layer
+//	│                                    (supplied it, or proved its bytes)
+//	│                                    in the verified pull of the image;
+//	│                                    written with that pull's record,
+//	│                                    deleted with the record
+//	└── preloaded                        (version 5)
 //	    └── *image ID* : <JSON ImagePreloadedRecord>
 //	                                     the names (repo:tag, repo@digest) the
 //	                                     runtime listed the image under before
 //	                                     its first record, written with that
 //	                                     record, deleted with it (and by a
 //	                                     revoke); loaded into memory at open
+//
+// The layers and vouched buckets are what per-layer decisions read: a
+// runtime shares a layer between images by its diff_id, so a layer one
+// tenant's private image brought to the node can be named by another
+// image; which images hold a layer, since when, and which repositories
+// vouched for it, decide whether a pull must prove it by its bytes.
 //
 // The repos index lets ImageStatus of a repository no record restricts
 // pass without decoding (the common case: public and node-wide images),

@@ -24,10 +24,11 @@ type migration struct {
 var migrations = []migration{
 	{version: 2, migrate: indexUpdateTimes},
 	{version: 3, migrate: addVerified},
-	{version: 4, migrate: addPreloadedBucket},
+	{version: 4, migrate: addLayers},
+	{version: 5, migrate: addPreloadedBucket},
 }
 
-// addPreloadedBucket (version 4) adds the bucket of the names each image
+// addPreloadedBucket (version 5) adds the bucket of the names each image
 // was listed under before its first recorded pull (PreloadedRecord). It
 // starts empty: what an image recorded before was listed under then is
 // not known, so those names stay as they were (a name of a repository the
@@ -73,7 +74,7 @@ func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) e
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified, bucketPreloaded} {
+	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified, bucketLayers, bucketVouched, bucketPreloaded} {
 		if _, err := createBucket(tx, bucketSchema, b); err != nil {
 			return err
 		}

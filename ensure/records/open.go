@@ -65,7 +65,7 @@ func open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: path, cache: recordCache{max: 4096, m: map[string]*Record{}}}
+	s := &Store{db: db, path: path, pageSize: db.Info().PageSize, cache: recordCache{max: 4096, m: map[string]*Record{}}}
 	if !opts.ReadOnly {
 		err = db.Update(func(tx *bolt.Tx) error {
 			// Only createIfAbsent makes a new layout: a file without it
@@ -92,6 +92,9 @@ func open(path string, opts Options) (*Store, error) {
 			s.salt = bytes.Clone(meta.Get(keySalt))
 			if reposBucket(tx) == nil {
 				return errors.New("no repos bucket")
+			}
+			if err := s.layers.load(tx); err != nil {
+				return err
 			}
 			if err := s.preloaded.load(tx); err != nil {
 				return err

@@ -62,7 +62,7 @@ func PreloadedName(name string) (string, bool) {
 }
 
 // preloadedBucket may be nil in a read-only open of a file older than
-// version 4.
+// version 5.
 func preloadedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema, bucketPreloaded) }
 
 func decodePreloaded(key, data []byte) (*PreloadedRecord, error) {

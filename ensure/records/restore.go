@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	digest "github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
@@ -32,11 +33,11 @@ type RestoreReport struct {
 	// (pulls in flight when it was last used) were carried into the
 	// restored one, so that the next start settles them.
 	Intents int
-	// Preloaded is how many preloaded records of the database Restore
-	// replaced (the names images on the node had before their first
-	// recorded pull) were carried into the restored one, merged with its
-	// own.
-	Preloaded int
+	// PreloadedCarried is how many preloaded records of the database
+	// Restore replaced (the names images on the node had before their
+	// first recorded pull) were carried into the restored one, merged with
+	// its own.
+	PreloadedCarried int
 	// IntentsLost says why the replaced database's intents could not be
 	// read ("" when they were, or there was no database), when the restore
 	// went on by RestoreOptions.ForgetUnreadableIntents: an image such a
@@ -53,6 +54,12 @@ type RestoreOptions struct {
 	// intents cannot be read; without it Restore refuses such a database
 	// (ErrIntentsUnreadable) and changes nothing.
 	ForgetUnreadableIntents bool
+	// Preloaded are the layers (diff_ids) of the images the operator names
+	// preloaded, by image ID: kept as on the node before anything (first
+	// seen at the zero time), so that an image that came around the proxy
+	// later holding one of their layers is not taken for one that brought
+	// another tenant's content.
+	Preloaded map[string][]digest.Digest
 }
 
 // ErrIntentsUnreadable: the database a restore would replace cannot be
@@ -103,7 +110,7 @@ func Restore(path, backup string, present []Image, now time.Time, ropts RestoreO
 	}
 	defer unlock()
 
-	intents, preloaded, lost := currentIntents(path, dir, opts)
+	intents, carry, lost := currentIntents(path, dir, opts)
 	if lost != "" && !ropts.ForgetUnreadableIntents {
 		return rep, fmt.Errorf("%w (%s): an image a pull in flight at its last use brings later would not be tracked", ErrIntentsUnreadable, lost)
 	}
@@ -112,7 +119,7 @@ func Restore(path, backup string, present []Image, now time.Time, ropts RestoreO
 		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)
 	}
 	defer os.Remove(tmp) // after the rename there is nothing there
-	if rep, err = markUnknown(tmp, present, intents, preloaded, now, opts); err != nil {
+	if rep, err = markUnknown(tmp, present, ropts.Preloaded, intents, carry, now, opts); err != nil {
 		return rep, err
 	}
 	rep.IntentsLost = lost
@@ -166,9 +173,9 @@ func currentIntents(path, dir string, opts Options) (intents []rawIntent, preloa
 }
 
 // markUnknown marks, in the database at path, every image of present the
-// database does not know, and merges preloaded, the preloaded records of
-// present's images, in one transaction, and adds intents.
-func markUnknown(path string, present []Image, intents []rawIntent, preloaded []*PreloadedRecord, now time.Time, opts Options) (rep RestoreReport, err error) {
+// database does not know, and merges carry, the preloaded records (names)
+// of present's images, in one transaction, and adds intents.
+func markUnknown(path string, present []Image, preloaded map[string][]digest.Digest, intents []rawIntent, carry []*PreloadedRecord, now time.Time, opts Options) (rep RestoreReport, err error) {
 	s, err := Open(path, Options{OpenTimeout: opts.OpenTimeout})
 	if err != nil {
 		return rep, fmt.Errorf("the backup, copied to %s: %w", path, err)
@@ -205,7 +212,7 @@ func markUnknown(path string, present []Image, intents []rawIntent, preloaded []
 		onNode[img.ID] = true
 	}
 	var carried []*PreloadedRecord
-	for _, p := range preloaded {
+	for _, p := range carry {
 		if onNode[p.ImageRef] {
 			carried = append(carried, p)
 		}
@@ -213,8 +220,16 @@ func markUnknown(path string, present []Image, intents []rawIntent, preloaded []
 	if err := s.PutRecordsPreloaded(changed, carried); err != nil {
 		return rep, fmt.Errorf("marking the images the backup does not know: %w", err)
 	}
-	rep.Preloaded = len(carried)
+	rep.PreloadedCarried = len(carried)
 	err = s.db.Update(func(tx *bolt.Tx) error {
+		for ref, diffIDs := range preloaded {
+			if err := validImageRef(ref); err != nil {
+				return err
+			}
+			if err := layersBucket(tx).Put([]byte(ref), encodeLayers(ImageLayers{DiffIDs: diffIDs})); err != nil {
+				return err
+			}
+		}
 		for _, in := range intents {
 			if err := put(tx, intentsBucket(tx), keyIntentsCount, in.key, in.value); err != nil {
 				return err
@@ -243,7 +258,14 @@ func lockFile(path string, timeout time.Duration) (unlock func(), err error) {
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return func() { f.Close() }, nil // closing releases the lock
+			// Unlock before closing: a flock lasts while any copy of
+			// its descriptor does, and a child this process starts holds
+			// one from fork until exec, so closing alone may leave the
+			// database locked for a moment after the restore.
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()

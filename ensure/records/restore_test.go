@@ -3,6 +3,7 @@ package records
 import (
 	"bytes"
 	"errors"
+	digest "github.com/opencontainers/go-digest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +149,24 @@ func TestRestore(t *testing.T) {
 		}
 	})
 
+	t.Run("the layers of images named preloaded are kept as on the node before anything", func(t *testing.T) {
+		path, backup := setup(t)
+		const refPreloaded = "sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
+		layers := []digest.Digest{digest.FromString("base")}
+		if _, err := Restore(path, backup, present, later, RestoreOptions{Preloaded: map[string][]digest.Digest{refPreloaded: layers}}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(path, Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l, ok := s.Layers(refPreloaded)
+		if !ok || !slices.Equal(l.DiffIDs, layers) || !l.Seen.IsZero() {
+			t.Errorf("layers %+v, %v; want the named image's, seen at the zero time", l, ok)
+		}
+	})
+
 	t.Run("a database that is absent is restored, with nothing to keep", func(t *testing.T) {
 		_, backup := setup(t)
 		path := filepath.Join(t.TempDir(), "state", "ensure.db")
@@ -234,7 +253,7 @@ func TestRestoreCarriesThePreloadedNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Preloaded != 1 || rep.Images != 1 {
+	if rep.PreloadedCarried != 1 || rep.Images != 1 {
 		t.Errorf("report %+v", rep)
 	}
 	s, err = Open(path, Options{ReadOnly: true})

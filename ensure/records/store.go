@@ -36,11 +36,15 @@ type Options struct {
 // Store is the bbolt database of records and intents. It is safe for
 // concurrent use.
 type Store struct {
-	db    *bolt.DB
-	salt  []byte
-	path  string
-	repos repoIndex
-	cache recordCache
+	db   *bolt.DB
+	salt []byte
+	path string
+	// pageSize is the file's, read at open: bbolt's Info panics once a
+	// failed remap left the file unmapped.
+	pageSize int
+	repos    repoIndex
+	cache    recordCache
+	layers   layerIndex
 	// preloaded is the preloaded bucket in memory (preloaded.go).
 	preloaded preloadedIndex
 
@@ -200,6 +204,11 @@ func (s *Store) Intents() ([]Intent, error) {
 // proxy pulled it. With a record they are ignored: names that appeared
 // since may be an earlier puller's.
 func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string) error {
+	return s.recordPull(imageRef, repo, cred, intentID, now, preloaded, nil)
+}
+
+// recordPull is RecordPull with also, in its transaction, what with adds.
+func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string, with func(*bolt.Tx) error) error {
 	if err := validImageRef(imageRef); err != nil {
 		return err
 	}
@@ -239,6 +248,11 @@ func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID stri
 				return nil, err
 			}
 		}
+		if with != nil {
+			if err := with(tx); err != nil {
+				return nil, err
+			}
+		}
 		return []string{imageRef}, nil
 	})
 	if err == nil && names != nil {
@@ -269,7 +283,10 @@ func (s *Store) VerifiedAt(imageRef, repo, key string) (time.Time, bool, error) 
 func (s *Store) Forget(imageRef string) (bool, error) {
 	found := false
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
-		d.takeOut(tx, []byte(imageRef))
+		old := d.takeOut(tx, []byte(imageRef))
+		if err := delVouched(tx, []byte(imageRef), old); err != nil {
+			return nil, err
+		}
 		var err error
 		found, err = delRecord(tx, []byte(imageRef))
 		return []string{imageRef}, err
@@ -462,7 +479,9 @@ func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int,
 			return nil, err
 		}
 		for _, k := range doomed {
-			d.takeOut(tx, k)
+			if err := delVouched(tx, k, d.takeOut(tx, k)); err != nil {
+				return nil, err
+			}
 			if _, err := delRecord(tx, k); err != nil {
 				return nil, err
 			}

@@ -70,6 +70,21 @@ func newImagePolicy(ip *config.ImagePolicy, log *slog.Logger, reg prometheus.Reg
 	return imagepolicy.New(pc, imagepolicy.Options{CacheSize: ip.CacheSize, Logger: log, Registerer: reg})
 }
 
+// logImagePolicy says, at the start and at each reload, what the operator
+// controls beyond the providers' names: the files whose change drops each
+// provider's verdicts, and the namespaces' no-match policies.
+func logImagePolicy(log *slog.Logger, pc *imagepolicy.Config) {
+	for _, p := range pc.Providers {
+		from := "watchFiles"
+		if p.WatchFilesFromArgs {
+			from = "args"
+		}
+		log.Info("image policy provider", "provider", p.Name, "namespaces", p.Namespaces, "matchImages", p.MatchImages,
+			"watchFiles", p.WatchFiles, "watchFilesFrom", from)
+	}
+	log.Info("image policy noMatchPolicy", "default", pc.NoMatch.DefaultPolicy(), "namespaces", pc.NoMatch.Namespaces)
+}
+
 // newIdentity connects to the Kubernetes API and starts the node's pod
 // informer (waiting a little for it: without it, pods are read with GETs).
 func newIdentity(ctx context.Context, k *config.Kubernetes, version string, log *slog.Logger, reg prometheus.Registerer) (*podtoken.Source, *rest.Config, error) {

@@ -170,6 +170,7 @@ func (d *daemon) assemble(ctx context.Context) error {
 		d.background(func(ctx context.Context) { d.policy.Run(ctx, ip.CachePurgeInterval.Duration) })
 		pc := d.policy.Config()
 		log.Info("image policy on", "providers", len(pc.Providers), "config", ip.Config, "hash", pc.Hash, "defaultNamespace", pc.DefaultNamespace)
+		logImagePolicy(log, pc)
 	}
 	enf := &enforcement{}
 	switch e := cfg.EnsureSecretPulledImages; {
@@ -182,11 +183,11 @@ func (d *daemon) assemble(ctx context.Context) error {
 			return err
 		}
 	}
-	reloader, err := newReloader(d.opts.Reload, cfg, d.injector, enf.guard, log, d.reg)
+	reloader, err := newReloader(d.opts.Reload, cfg,
+		reloadTargets{injector: d.injector, guard: enf.guard, registry: enf.registry, policy: d.policy}, log, d.reg)
 	if err != nil {
 		return err
 	}
-	reloader.registry, reloader.policy = enf.registry, d.policy
 	d.background(func(ctx context.Context) { reloader.Run(ctx, d.opts.ConfigPath) })
 
 	// Components are stopped in the order they are added: the CRI calls in

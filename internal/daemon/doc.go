@@ -20,4 +20,7 @@
 // A records database that cannot be opened does not stop the daemon: the
 // kubelet's runtime must stay up. The guard then fails closed (see
 // ensure.UnavailableStore), /readyz fails, and there is no admin socket.
+// One that opened but stops taking writes (a full disk) fails /readyz
+// until it takes them again: the guard's garbage collection and its write
+// probe (ensure.Guard.MendWrites) run in the background.
 package daemon

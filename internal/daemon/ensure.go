@@ -45,7 +45,8 @@ const settleRetryInterval = 5 * time.Second
 
 // enforce opens the records database, builds the guard, settles the pull
 // intents a crash left, and opens the admin socket; the guard's garbage
-// collection runs in the background. When the database cannot be opened,
+// collection, and its probing of a database whose writes fail, run in the
+// background. When the database cannot be opened,
 // the guard fails closed over ensure.UnavailableStore, with no admin API.
 func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages) (*enforcement, error) {
 	policy, err := ensurePolicy(e)
@@ -80,7 +81,16 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, err
 	}
 	d.settleIntents(ctx, guard)
-	d.background(func(ctx context.Context) { guard.Run(ctx, e.GCInterval.Duration) })
+	d.background(func(ctx context.Context) {
+		// The node's images before the first pull: what is preloaded.
+		if err := guard.ObserveLayers(ctx); err != nil {
+			d.log.Warn("learning the layers of the node's images failed; the next garbage collection does", "err", err)
+		}
+		guard.Run(ctx, e.GCInterval.Duration)
+	})
+	// While the database's writes fail, probe it: readiness comes back by
+	// itself once the disk is fixed.
+	d.background(guard.MendWrites)
 	l, err := d.listen(e.AdminSocket, adminOpts)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)

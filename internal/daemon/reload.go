@@ -28,7 +28,10 @@ import (
 // reloader applies a changed configuration while the daemon serves: on
 // SIGHUP, and when the configuration file, the credential provider or
 // image policy configuration (file or directory) or their plugins'
-// directories change. A new configuration is loaded and checked whole (as
+// directories change. It also watches the image policy plugins' own files
+// (each provider's watchFiles): a change of one drops that provider's
+// cached verdicts at once, with no reload (the plugin reads its files at
+// each run), and whether or not a reload would be applied. A new configuration is loaded and checked whole (as
 // serve and config validate would) before anything changes; then the
 // credential providers, the image policy (every cached verdict dropped)
 // and the ensure policy are swapped, each atomically. A configuration that
@@ -40,17 +43,10 @@ import (
 // (kubernetes/kubernetes#130420); operators rotating plugins across a
 // fleet asked for better.
 type reloader struct {
-	load     func() (*config.ProxyConfiguration, error)
-	current  *config.ProxyConfiguration
-	injector *credplugins.Injector // nil: injection off
-	guard    *ensure.Guard         // nil: ensure off
-	log      *slog.Logger
-
-	// registry is the registry check, whose vouched-for mirrors a reload
-	// may change; nil without enforcement or image policy.
-	registry *registry.Checker
-	// policy is the image policy; nil without an imagePolicy section.
-	policy *imagepolicy.Engine
+	load    func() (*config.ProxyConfiguration, error)
+	current *config.ProxyConfiguration
+	reloadTargets
+	log *slog.Logger
 
 	reloads *prometheus.CounterVec // result: applied, refused
 	last    prometheus.Gauge       // the time of the last applied configuration
@@ -58,12 +54,27 @@ type reloader struct {
 	info    *prometheus.GaugeVec   // hash
 }
 
+// reloadTargets are the components a reload applies a configuration to;
+// a nil one is a feature that is off. They are all given to newReloader:
+// the hash it publishes at the start covers their configurations.
+type reloadTargets struct {
+	injector *credplugins.Injector // credential injection
+	guard    *ensure.Guard         // ensure: its policy and record expiry
+	// registry is the registry check, whose vouched-for mirrors a reload
+	// may change; nil without enforcement or image policy.
+	registry *registry.Checker
+	policy   *imagepolicy.Engine // the image policy
+}
+
 // debounce gathers the events of one change (an editor's write and
 // rename, a package's files) into one reload.
 const debounce = 500 * time.Millisecond
 
-func newReloader(load func() (*config.ProxyConfiguration, error), current *config.ProxyConfiguration, injector *credplugins.Injector, guard *ensure.Guard, log *slog.Logger, reg prometheus.Registerer) (*reloader, error) {
-	r := &reloader{load: load, current: current, injector: injector, guard: guard, log: log,
+// newReloader publishes current as the configuration in use, with the
+// configurations its targets hold, and returns the reloader that applies
+// the next ones.
+func newReloader(load func() (*config.ProxyConfiguration, error), current *config.ProxyConfiguration, targets reloadTargets, log *slog.Logger, reg prometheus.Registerer) (*reloader, error) {
+	r := &reloader{load: load, current: current, reloadTargets: targets, log: log,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Name: "config_reloads_total",
 			Help: "Configuration reloads (SIGHUP or a changed file), by result: applied, refused (the current configuration kept serving).",
@@ -81,7 +92,7 @@ func newReloader(load func() (*config.ProxyConfiguration, error), current *confi
 		}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "cri_image_proxy", Name: "config_info",
-			Help: "Hash of the effective configuration in use (the file with the flags, and the credential provider configuration), as a label: a fleet shows who runs what.",
+			Help: "Hash of the effective configuration in use (the file with the flags, the credential provider and the image policy configurations), as a label: a fleet shows who runs what.",
 		}, []string{"hash"}),
 	}
 	for _, c := range []prometheus.Collector{r.reloads, r.last, r.lastOK, r.info} {
@@ -103,7 +114,8 @@ func (r *reloader) applied(cfg *config.ProxyConfiguration) {
 }
 
 // hash identifies the effective configuration: the configuration with the
-// flags, and the content of the provider configuration it names.
+// flags, and the content of the credential provider and image policy
+// configurations it names.
 func (r *reloader) hash(cfg *config.ProxyConfiguration) string {
 	h := sha256.New()
 	b, _ := json.Marshal(cfg)
@@ -195,6 +207,9 @@ func (r *reloader) reload() error {
 	}
 	r.applied(cfg)
 	r.log.Info("configuration reloaded", append(attrs, "hash", r.hash(cfg))...)
+	if imagePolicy != nil {
+		logImagePolicy(r.log, imagePolicy)
+	}
 	return nil
 }
 
@@ -261,8 +276,9 @@ func (r *reloader) Run(ctx context.Context, configPath string) {
 			return
 		case <-hup:
 			_ = r.Reload("SIGHUP")
+			r.watch(w, configPath) // the reload may name other directories
 		case ev := <-events:
-			if r.relevant(ev.Name, configPath) {
+			if r.event(ev.Name, configPath) {
 				timer = time.After(debounce)
 			}
 		case err := <-errs:
@@ -275,13 +291,37 @@ func (r *reloader) Run(ctx context.Context, configPath string) {
 	}
 }
 
+// event handles a change fsnotify saw: a plugin's watched file drops that
+// provider's verdicts now (each event: an editor's steps each change what
+// the plugin would read, and a run between them must not stay cached);
+// it reports whether the change calls for a reload, after the debounce.
+func (r *reloader) event(path, configPath string) bool {
+	if r.policy != nil {
+		r.policy.FileChanged(path) // logs and counts what it drops
+	}
+	return r.relevant(path, configPath)
+}
+
 // watch watches the directories holding what a reload reads: a file is
 // watched through its directory, so that an atomic replace (a rename
 // over it, as editors and configuration tools do) is seen.
 func (r *reloader) watch(w *fsnotify.Watcher, configPath string) {
+	if w == nil {
+		return
+	}
 	for _, dir := range r.watched(configPath) {
 		if err := w.Add(dir); err != nil {
 			r.log.Debug("not watching a configuration directory", "dir", dir, "err", err)
+		}
+	}
+	if r.policy == nil {
+		return
+	}
+	// A plugin's files that cannot be watched leave its verdicts cached
+	// after a change: the operator must hear of it.
+	for _, dir := range r.policy.WatchedDirs() {
+		if err := w.Add(dir); err != nil {
+			r.log.Warn("image policy: a plugin's files are not watched; a change of them takes effect at a reload (SIGHUP) or when the cached verdicts expire", "dir", dir, "err", err)
 		}
 	}
 }

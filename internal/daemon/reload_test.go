@@ -1,19 +1,21 @@
 package daemon
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/cri-image-proxy/cri-image-proxy/config"
-	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 func TestRestartOnly(t *testing.T) {
@@ -63,7 +65,7 @@ func TestReloadRefusedKeepsTheCurrentConfiguration(t *testing.T) {
 	cur.SetDefaults()
 	reg := prometheus.NewRegistry()
 	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return nil, errors.New("config /etc/x.yaml: line 3: bad") },
-		cur, nil, nil, slog.New(slog.DiscardHandler), reg)
+		cur, reloadTargets{}, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestTheLastReloadsResultIsAGauge(t *testing.T) {
 	t.Parallel()
 	cur := config.Default()
 	var loadErr error
-	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, loadErr }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, loadErr }, cur, reloadTargets{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +161,10 @@ func TestReloadAppliesTheImagePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, nil }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return cur, nil }, cur, reloadTargets{policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.policy = engine
 	before := r.hash(cur)
 	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
 		t.Fatal("the engine does not have the first configuration")
@@ -216,16 +217,141 @@ func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 	next.EnsureSecretPulledImages.VouchedMirrors = []config.VouchedMirror{
 		{Registry: "docker.io", Endpoint: "https://mirror-a.example"}, {Registry: "index.docker.io", Endpoint: "https://mirror-b.example"},
 	}
-	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return &next, nil }, cur, nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { return &next, nil }, cur, reloadTargets{registry: checker, policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.policy, r.registry = engine, checker
 	write("payments")
 	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "vouchedMirrors") {
 		t.Fatalf("got %v, want the vouched mirrors refused", err)
 	}
 	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
 		t.Errorf("a refused reload swapped the image policy in")
+	}
+}
+
+// TestConfigInfoKeepsItsHashOnAReloadOfUnchangedFiles: the hash published
+// at the start covers all that a reload's does (the image policy's content
+// included), so a reload of files nobody changed leaves the label as it
+// was, and a fleet does not see a node change configuration.
+func TestConfigInfoKeepsItsHashOnAReloadOfUnchangedFiles(t *testing.T) {
+	t.Parallel()
+	bin, file, write := imagePolicyFiles(t)
+	write("secure")
+	cur := config.Default()
+	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+	cur.SetDefaults()
+	engine, err := newImagePolicy(cur.ImagePolicy, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	load := func() (*config.ProxyConfiguration, error) { next := *cur; return &next, nil }
+	r, err := newReloader(load, cur, reloadTargets{policy: engine}, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atStart := configInfoHash(t, reg)
+	if err := r.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := configInfoHash(t, reg); got != atStart {
+		t.Errorf("config_info's hash went from %s at the start to %s on a reload of unchanged files", atStart, got)
+	}
+}
+
+// configInfoHash is the hash label of the one config_info series on reg.
+func configInfoHash(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cri_image_proxy_config_info" {
+			continue
+		}
+		if len(mf.GetMetric()) != 1 || len(mf.GetMetric()[0].GetLabel()) != 1 {
+			t.Fatalf("config_info has %d series, want one with a hash label", len(mf.GetMetric()))
+		}
+		return mf.GetMetric()[0].GetLabel()[0].GetValue()
+	}
+	t.Fatal("no config_info on the registry")
+	return ""
+}
+
+// TestAPluginsWatchedFileDropsItsVerdictsWithoutAReload: the reloader
+// watches the directories of the image policy plugins' watchFiles; a
+// change of the plugin's policy file drops the provider's cached verdicts
+// with no SIGHUP, and no reload (which a configuration it refuses would
+// not apply).
+func TestAPluginsWatchedFileDropsItsVerdictsWithoutAReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	allow := `#!/bin/sh
+cat >/dev/null
+echo '{"apiVersion":"imagepolicy.cri-image-proxy.io/v1alpha1","kind":"ImagePolicyResponse","allowed":true,"reason":"signed"}'
+`
+	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte(allow), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plugin := filepath.Join(dir, "plugin")
+	if err := os.MkdirAll(plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(plugin, "policy.yaml")
+	if err := os.WriteFile(policy, []byte("keys: [release]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "image-policy.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ImagePolicyConfig\nproviders:\n"+
+		"  - {name: policy, apiVersion: imagepolicy.cri-image-proxy.io/v1alpha1, matchImages: [registry.test], namespaces: [secure], args: [--policy, "+policy+"]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cur := config.Default()
+	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+	cur.SetDefaults()
+	engine, err := newImagePolicy(cur.ImagePolicy, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reloads atomic.Int32
+	r, err := newReloader(func() (*config.ProxyConfiguration, error) { reloads.Add(1); return nil, errors.New("refused") }, cur,
+		reloadTargets{policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, "") }()
+	defer func() { cancel(); <-done }()
+
+	s := imagepolicy.Subject{Call: imagepolicy.CallPullImage, Image: "registry.test/app:v1", Repository: "registry.test/app",
+		Digest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", Pod: imagepolicy.Pod{Namespace: "secure"}}
+	cached := func() bool { return engine.Explain(s).Providers[0].Cached != nil }
+	if v, err := engine.Decide(ctx, s); err != nil || !v.Allowed || !cached() {
+		t.Fatalf("verdict %+v, %v: want an allow, cached", v, err)
+	}
+	if got := engine.Explain(s).Providers[0].WatchFiles; len(got) != 1 || got[0] != policy {
+		t.Fatalf("watchFiles %v, want the policy file, from args", got)
+	}
+	// Run sets its watches up as it starts: the policy is written (each
+	// time anew) until the change is seen, within a bound.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; cached() && time.Now().Before(deadline); i++ {
+		if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys: [] # %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if cached() {
+		t.Fatal("the cached verdict survived a change of the plugin's policy file")
+	}
+	if n := reloads.Load(); n != 0 {
+		t.Errorf("a change of a plugin's file reloaded the configuration %d times", n)
 	}
 }

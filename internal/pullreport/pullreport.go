@@ -3,6 +3,8 @@ package pullreport
 import (
 	"context"
 	"sync"
+
+	digest "github.com/opencontainers/go-digest"
 )
 
 // Credential tells the outer hooks of a PullImage which credential an
@@ -41,6 +43,14 @@ type Verification struct {
 	// FromNode: the image was already on the node; the registry's answer
 	// stood for the pull, and the runtime was not asked to pull.
 	FromNode bool
+	// Layers are the image's layers (diff_ids, from its config the check
+	// fetched), each vouched for by the repository (LayersKnown: the check
+	// read them); ProvenLayers those it proved by their bytes, at the cost
+	// of ProvenBytes.
+	Layers       []digest.Digest
+	LayersKnown  bool
+	ProvenLayers []digest.Digest
+	ProvenBytes  int64
 }
 
 // MaxListedBlobs bounds CheckedBlobs: the daemon keeps thousands of

@@ -242,6 +242,30 @@ func pushImages(registry, user, password, toolsDir string) error {
 	return nil
 }
 
+// PushMarker pushes an image of one layer, a file naming marker, to the
+// authenticated registry as ref (relative to it) and returns its digest:
+// an image that shares no layer with any other (it runs nothing), for
+// tests where a shared base layer would tie images together.
+func (r *Rig) PushMarker(ref, marker string) (string, error) {
+	ml, err := layer([]file{{name: "marker", mode: 0o644, data: []byte(marker + "\n")}})
+	if err != nil {
+		return "", err
+	}
+	img, err := image(v1.Config{Cmd: []string{"cat", "/marker"}}, ml)
+	if err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(r.Registry+"/"+ref, name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(tag, img, remote.WithAuth(&authn.Basic{Username: "user", Password: Users["user"]})); err != nil {
+		return "", fmt.Errorf("push %s: %w", tag, err)
+	}
+	d, err := img.Digest()
+	return d.String(), err
+}
+
 // PushBusybox pushes busybox plus a file naming marker to the
 // authenticated registry as ref (relative to it) and returns its digest: a
 // runnable image of its own, for tests that need fresh ones (a new marker

@@ -3,6 +3,7 @@ package rig
 import (
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +16,7 @@ type DelayRelay struct {
 	l      net.Listener
 	target string
 	delay  time.Duration
+	served atomic.Int64 // bytes relayed from the target to its clients
 }
 
 // StartDelayRelay relays 127.0.0.1:Port() to target with delay.
@@ -30,6 +32,9 @@ func StartDelayRelay(target string, delay time.Duration) (*DelayRelay, error) {
 
 // Port is the relay's port on 127.0.0.1.
 func (r *DelayRelay) Port() int { return r.l.Addr().(*net.TCPAddr).Port }
+
+// Served is how many bytes the target sent its clients through the relay.
+func (r *DelayRelay) Served() int64 { return r.served.Load() }
 
 // Close stops accepting connections; those open run to their end.
 func (r *DelayRelay) Close() { r.l.Close() }
@@ -49,15 +54,16 @@ func (r *DelayRelay) serve() {
 			}
 			defer u.Close()
 			done := make(chan struct{}, 2)
-			go func() { r.pump(u, c); done <- struct{}{} }()
-			go func() { r.pump(c, u); done <- struct{}{} }()
+			go func() { r.pump(u, c, nil); done <- struct{}{} }()
+			go func() { r.pump(c, u, &r.served); done <- struct{}{} }()
 			<-done
 		}()
 	}
 }
 
-// pump copies src to dst, each chunk delayed; order is kept.
-func (r *DelayRelay) pump(dst io.Writer, src io.Reader) {
+// pump copies src to dst, each chunk delayed; order is kept. It counts
+// what it copied in count, when set.
+func (r *DelayRelay) pump(dst io.Writer, src io.Reader, count *atomic.Int64) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
@@ -65,6 +71,9 @@ func (r *DelayRelay) pump(dst io.Writer, src io.Reader) {
 			time.Sleep(r.delay)
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
+			}
+			if count != nil {
+				count.Add(int64(n))
 			}
 		}
 		if err != nil {

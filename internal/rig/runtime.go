@@ -8,13 +8,14 @@ import (
 	"strings"
 )
 
-// Runtime is the containerd a rig runs: the 2.3 line built by
-// hack/build-containerd.sh (the default: what nodes run), or Debian's 1.6
+// Runtime is the containerd a rig runs: a 2.x line built by
+// hack/build-containerd.sh, 2.3 (the default and the reference: the
+// long-term release nodes run) or 2.4 (the newest minor), or Debian's 1.6
 // (the legacy leg, for operators still on it).
 type Runtime struct {
 	// Name is how tables and logs name it: "containerd 2.3.7", "containerd 1.6.20".
 	Name string
-	// Line is "2.3" or "1.6".
+	// Line is "2.3", "2.4" or "1.6".
 	Line string
 	// Dir holds containerd, containerd-shim-runc-v2 and runc; "" means
 	// PATH (Debian's packages).
@@ -25,23 +26,21 @@ type Runtime struct {
 // unless CONTAINERD_VERSION says otherwise.
 const DefaultContainerdVersion = "v2.3.7"
 
-// RuntimeFromEnv chooses the runtime from $CONTAINERD: unset, "2.3" or "2"
-// is containerd 2.3 from toolsDir, "1.6" is Debian's.
+// containerdVersions is the patch of each 2.x line that hack/install-deps.sh
+// builds (CONTAINERD_VERSIONS there): $CONTAINERD names the line.
+var containerdVersions = map[string]string{
+	"2.3": DefaultContainerdVersion,
+	"2.4": "v2.4.2",
+}
+
+// RuntimeFromEnv chooses the runtime from $CONTAINERD: unset, "2" or "2.3"
+// is containerd 2.3 from toolsDir, "2.4" is containerd 2.4 from toolsDir,
+// "1.6" is Debian's. $CONTAINERD_VERSION (v2.3.5, v2.4.0, ...) picks another
+// patch hack/build-containerd.sh built; its line must be $CONTAINERD's when
+// both are set.
 func RuntimeFromEnv(toolsDir string) (Runtime, error) {
-	switch line := os.Getenv("CONTAINERD"); line {
-	case "", "2", "2.3":
-		v := os.Getenv("CONTAINERD_VERSION")
-		if v == "" {
-			v = DefaultContainerdVersion
-		}
-		dir := filepath.Join(toolsDir, "containerd-"+v)
-		for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc"} {
-			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-				return Runtime{}, fmt.Errorf("%s not in %s: run hack/install-deps.sh (as root) first", b, dir)
-			}
-		}
-		return Runtime{Name: "containerd " + strings.TrimPrefix(v, "v"), Line: "2.3", Dir: dir}, nil
-	case "1.6":
+	line := os.Getenv("CONTAINERD")
+	if line == "1.6" {
 		if err := requireCommands("containerd", "runc"); err != nil {
 			return Runtime{}, err
 		}
@@ -51,9 +50,39 @@ func RuntimeFromEnv(toolsDir string) (Runtime, error) {
 			name = "containerd " + strings.TrimPrefix(f[2], "v")
 		}
 		return Runtime{Name: name, Line: "1.6"}, nil
-	default:
-		return Runtime{}, fmt.Errorf("CONTAINERD=%q: want 2.3 (the default) or 1.6", line)
 	}
+	if line == "" || line == "2" {
+		line = "2.3"
+	}
+	v, ok := containerdVersions[line]
+	if !ok {
+		return Runtime{}, fmt.Errorf("CONTAINERD=%q: want 2.3 (the default), 2.4 or 1.6", os.Getenv("CONTAINERD"))
+	}
+	if pinned := os.Getenv("CONTAINERD_VERSION"); pinned != "" {
+		pinnedLine := versionLine(pinned)
+		if os.Getenv("CONTAINERD") == "" {
+			line = pinnedLine
+		} else if pinnedLine != line {
+			return Runtime{}, fmt.Errorf("CONTAINERD_VERSION=%q is not of CONTAINERD=%q's line %s", pinned, os.Getenv("CONTAINERD"), line)
+		}
+		v = pinned
+	}
+	dir := filepath.Join(toolsDir, "containerd-"+v)
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return Runtime{}, fmt.Errorf("%s not in %s: run hack/install-deps.sh (as root) first", b, dir)
+		}
+	}
+	return Runtime{Name: "containerd " + strings.TrimPrefix(v, "v"), Line: line, Dir: dir}, nil
+}
+
+// versionLine returns the major.minor of a version such as v2.4.2.
+func versionLine(v string) string {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return strings.TrimPrefix(v, "v")
+	}
+	return parts[0] + "." + parts[1]
 }
 
 // Legacy reports whether this is the 1.6 line.

@@ -16,7 +16,16 @@ import (
 // credentials, it is another user's process.
 const dialEnv = "UNIXSOCK_TEST_DIAL"
 
+// holdEnv, when set, makes the test binary a child that keeps the
+// descriptors it inherited open until its stdin closes: what any child is
+// for a moment, between fork and exec.
+const holdEnv = "UNIXSOCK_TEST_HOLD"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(holdEnv) != "" {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
 	if path := os.Getenv(dialEnv); path != "" {
 		c, err := net.Dial("unix", path)
 		if err != nil {

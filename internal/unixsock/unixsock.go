@@ -67,7 +67,7 @@ func Activated() (map[string]net.Listener, error) {
 // Close stops listening, removes the socket file and releases the lock.
 func (l *Listener) Close() error {
 	err := l.Listener.Close()
-	if lerr := l.lock.Close(); err == nil {
+	if lerr := unlockInstance(l.lock); err == nil {
 		err = lerr
 	}
 	return err
@@ -104,7 +104,7 @@ func Listen(path string, opts Options) (*Listener, error) {
 	}
 	l, err := listen(path, mode, gid)
 	if err != nil {
-		lock.Close()
+		_ = unlockInstance(lock)
 		return nil, err
 	}
 	return &Listener{Listener: l, lock: lock}, nil
@@ -128,6 +128,28 @@ func lockInstance(path string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// unlockInstance releases the instance lock, then closes its file.
+//
+// Closing alone is not enough. A flock belongs to the open file
+// description, not to the descriptor, and close releases it only when the
+// last descriptor of that description goes. Any process this one starts
+// holds a copy of every descriptor from fork until exec closes the
+// close-on-exec ones (Go's os/exec included), and a child that is slow to
+// reach exec (a loaded machine, credentials to set) would keep the lock
+// held after Close: the next Listen on the same path, in this process or
+// a restarted one, would be refused as "another instance". LOCK_UN
+// releases the lock for every copy at once.
+func unlockInstance(f *os.File) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if err != nil {
+		err = fmt.Errorf("instance lock %s: unlock: %w", f.Name(), err)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // listen removes a stale socket file and listens. The socket is created in

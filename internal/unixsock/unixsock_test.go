@@ -3,10 +3,13 @@ package unixsock
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func tempDir(t *testing.T) string {
@@ -120,6 +123,65 @@ func TestListen(t *testing.T) {
 		l2.Close()
 	})
 
+	// A child process holds a copy of every descriptor from fork to exec;
+	// the kernel keeps a flock while any copy of its descriptor lives.
+	// Both cases below hold a copy across Close, as such a child would,
+	// but for as long as the test needs instead of by chance.
+	t.Run("closing frees the lock while a copy of its descriptor lives on", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		l, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dup, err := unix.Dup(int(l.lock.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(dup)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatalf("relisten while a copy of the lock's descriptor is open: %v", err)
+		}
+		l2.Close()
+	})
+
+	t.Run("closing frees the lock while a child process holds its descriptor", func(t *testing.T) {
+		path := filepath.Join(tempDir(t), "proxy.sock")
+		l, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := exec.Command("/proc/self/exe")
+		child.Env = append(os.Environ(), holdEnv+"=1")
+		child.ExtraFiles = []*os.File{l.lock}
+		release, err := child.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Start returns once the child has exec'd: it holds the
+		// descriptor as its fd 3 until release is closed.
+		defer func() {
+			release.Close()
+			if err := child.Wait(); err != nil {
+				t.Errorf("child: %v", err)
+			}
+		}()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := Listen(path, Options{})
+		if err != nil {
+			t.Fatalf("relisten while a child holds the lock's descriptor: %v", err)
+		}
+		l2.Close()
+	})
+
 	t.Run("an unknown group is an error that names it", func(t *testing.T) {
 		path := filepath.Join(tempDir(t), "proxy.sock")
 		if _, err := Listen(path, Options{Group: "no-such-group-xyz"}); err == nil || !strings.Contains(err.Error(), "no-such-group-xyz") {
@@ -183,7 +245,9 @@ func TestListenActivated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l2.lock.Close()
+		if err := unlockInstance(l2.lock); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a socket passed for another path is left alone", func(t *testing.T) {

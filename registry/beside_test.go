@@ -1,0 +1,120 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// TestACheckBesideTheRuntimesPull: with the runtime pulling at the same
+// time, the check asks the registry's word by HEAD, and takes the
+// runtime's fetch of the manifest for its bytes where it is the manifest
+// the registry names: no manifest GET beyond the runtime's own.
+func TestACheckBesideTheRuntimesPull(t *testing.T) {
+	e := newEnv(t, authBasic)
+	ctx := context.Background()
+	pulled := func(id, manifest digest.Digest) func(context.Context) (PulledImage, error) {
+		return func(context.Context) (PulledImage, error) {
+			return PulledImage{ImageID: id, ManifestDigests: []digest.Digest{manifest}}, nil
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		req         func() Request
+		hook        func(w http.ResponseWriter, r *http.Request) bool
+		want        error
+		manifestGet int
+	}{
+		{
+			name: "the runtime's manifest is the registry's: a HEAD, the config's bytes, no manifest GET",
+			req: func() Request {
+				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.imgID, e.imgMan)}
+			},
+		},
+		{
+			name: "an index: the runtime records the index's digest, the platform's config is its image",
+			req: func() Request {
+				return Request{Image: e.image("team-a/multi:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.imgID, e.indexDig)}
+			},
+		},
+		{
+			name: "the runtime holds another manifest than the registry names (a tag moved, a mirror's): moved",
+			req: func() Request {
+				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.otherID, digest.FromString("elsewhere"))}
+			},
+			want: ErrMoved,
+		},
+		{
+			name: "a HEAD that names no digest: the registry's word is had by a GET",
+			req: func() Request {
+				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.imgID, e.imgMan)}
+			},
+			hook: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/") && r.Header.Get("Authorization") != "" {
+					w.WriteHeader(http.StatusOK)
+					return true
+				}
+				return false
+			},
+			manifestGet: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.reg.setHook(tc.hook)
+			defer e.reg.setHook(nil)
+			res, err := e.newChecker(t, Options{}).Check(ctx, tc.req())
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if res.ManifestGets != tc.manifestGet {
+				t.Errorf("%d manifest GETs, want %d: %+v", res.ManifestGets, tc.manifestGet, e.reg.requests())
+			}
+			if tc.want == nil && (len(res.Layers) == 0 || res.ConfigDigest != e.imgID) {
+				t.Errorf("layers %v, config %s: want the config's layers and the runtime's image", res.Layers, res.ConfigDigest)
+			}
+		})
+	}
+
+	t.Run("a refusal by HEAD ends the check before it waits for the runtime", func(t *testing.T) {
+		waited := false
+		_, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: bob(), Blobs: true,
+			Pulled: func(context.Context) (PulledImage, error) { waited = true; return PulledImage{}, nil }})
+		if !errors.Is(err, ErrDenied) || waited {
+			t.Fatalf("got %v (waited for the runtime: %v), want ErrDenied at once", err, waited)
+		}
+	})
+	t.Run("Resolved is told the registry's digest before the wait, and its refusal ends the check", func(t *testing.T) {
+		var told digest.Digest
+		refused := errors.New("refused by the image policy")
+		_, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
+			Resolved: func(_ context.Context, d digest.Digest) error { told = d; return refused },
+			Pulled: func(context.Context) (PulledImage, error) {
+				t.Error("waited for the runtime")
+				return PulledImage{}, nil
+			}})
+		if !errors.Is(err, refused) || told != e.imgMan {
+			t.Fatalf("got %v, told %s; want the hook's refusal, told %s", err, told, e.imgMan)
+		}
+	})
+	t.Run("a layer to prove: the manifest is fetched for its blobs, then the layer proven", func(t *testing.T) {
+		lr := newLyingRegistry(t)
+		l := newLayer(t, "beside", ocispec.MediaTypeImageLayerGzip)
+		cfg, desc := imageConfigOf(t, "beside", l.diffID)
+		lr.blob("b/app", cfg)
+		lr.blob("b/app", l.blob)
+		image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l.desc}})
+		man := digest.FromBytes(lr.blobs["/v2/b/app/manifests/v1"])
+		res, err := newTestChecker(t, Options{}).Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll,
+			Pulled: func(context.Context) (PulledImage, error) {
+				return PulledImage{ImageID: desc.Digest, ManifestDigests: []digest.Digest{man}}, nil
+			}})
+		if err != nil || len(res.Proven) != 1 || res.ManifestGets != 1 {
+			t.Fatalf("got %v, proven %v, %d manifest GETs; want the layer proven after one manifest GET", err, res.Proven, res.ManifestGets)
+		}
+	})
+}

@@ -1,0 +1,277 @@
+package registry
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+)
+
+// Layer is one layer of an image: the blob its manifest names, and the
+// digest of its uncompressed content that the image's config lists
+// (rootfs.diff_ids). A runtime shares layers by their diff_id (containerd
+// reuses a snapshot whose chain ID the config's diff_ids give, without
+// fetching the blob), so the diff_id is what a layer is on a node.
+type Layer struct {
+	Blob   ocispec.Descriptor
+	DiffID digest.Digest
+}
+
+// LayerChooser is given the layers of the image a check resolved, read
+// from its config (whose bytes the check fetched and verified), and names
+// those whose content the registry must prove by serving their bytes for
+// this credential in this repository. It runs before the check's blob
+// round ends; an error fails the check as it is.
+type LayerChooser func(ctx context.Context, imageID digest.Digest, layers []Layer) ([]digest.Digest, error)
+
+// maxConfigBytes bounds an image config: real ones are kilobytes; the
+// manifest's bound is generous for them.
+const maxConfigBytes = maxManifestBytes
+
+// imageConfig is what a check reads of an image's config.
+type imageConfig struct {
+	RootFS struct {
+		Type    string          `json:"type"`
+		DiffIDs []digest.Digest `json:"diff_ids"`
+	} `json:"rootfs"`
+}
+
+// layersOf pairs a manifest's layer blobs with the config's diff_ids, as
+// containerd's unpacker does (in order, one each): a config and a manifest
+// that disagree cannot be unpacked, and are no answer.
+func layersOf(config []byte, blobs []ocispec.Descriptor) ([]Layer, error) {
+	diffIDs, err := diffIDsOfConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	if len(diffIDs) != len(blobs) {
+		return nil, fmt.Errorf("the config lists %d layers, the manifest %d", len(diffIDs), len(blobs))
+	}
+	layers := make([]Layer, len(blobs))
+	for i, b := range blobs {
+		layers[i] = Layer{Blob: b, DiffID: diffIDs[i]}
+	}
+	return layers, nil
+}
+
+// diffIDsOfConfig is an image config's rootfs.diff_ids, each valid.
+func diffIDsOfConfig(config []byte) ([]digest.Digest, error) {
+	var c imageConfig
+	if err := json.Unmarshal(config, &c); err != nil {
+		return nil, fmt.Errorf("the config is not an image config: %v", err)
+	}
+	for i, d := range c.RootFS.DiffIDs {
+		if err := d.Validate(); err != nil {
+			return nil, fmt.Errorf("diff_id %d: %v", i, err)
+		}
+	}
+	return c.RootFS.DiffIDs, nil
+}
+
+// errForged is an answer whose bytes are not the content asked for.
+var errForged = errors.New("the bytes are not the content asked for")
+
+// readConfig reads a GET of an image's config and verifies its bytes: a
+// registry proves it holds an image's config only by serving it (a
+// runtime that holds the config already fetches nothing, so a HEAD 200
+// would let a registry that never had it name another tenant's image).
+func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, error) {
+	defer resp.Body.Close()
+	if resp.ContentLength > maxConfigBytes {
+		return nil, failure(ErrUnreachable, "invalid answer", "%s: a %d byte config, over the %d byte bound", what, resp.ContentLength, maxConfigBytes)
+	}
+	body, err := io.ReadAll(resp.Body)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return nil, failure(ErrUnreachable, "invalid answer", "%s: a config over the %d byte bound", what, maxConfigBytes)
+	case err != nil:
+		return nil, transportFailure(what, err)
+	}
+	if err := verifyDigest(body, d); err != nil {
+		return nil, fmt.Errorf("%w: %v", errForged, err)
+	}
+	return body, nil
+}
+
+// proveLayers fetches each layer of want (diff_ids) from the repository
+// and verifies that its bytes are the blob the manifest names and that
+// they decompress to the diff_id: what the runtime would check had it
+// fetched the layer instead of reusing the node's copy. The bytes are
+// streamed and discarded; each is bounded by the checker's proof bounds.
+func (k *check) proveLayers(ctx context.Context, layers []Layer, want []digest.Digest) error {
+	byDiff := make(map[digest.Digest]Layer, len(layers))
+	for _, l := range layers {
+		byDiff[l.DiffID] = l
+	}
+	var todo []Layer
+	seen := map[digest.Digest]bool{}
+	for _, d := range want {
+		l, ok := byDiff[d]
+		if !ok {
+			return failure(ErrUnreachable, "internal error", "asked to prove %s, which is no layer of the image", d)
+		}
+		if !seen[d] {
+			seen[d] = true
+			todo = append(todo, l)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.c.proofTimeout)
+	defer cancel()
+	ctx = withBodyLimit(ctx, k.c.maxProofBytes)
+	sizes := make([]int64, len(todo))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(k.c.maxProofParallel)
+	for i, l := range todo {
+		g.Go(func() error {
+			n, err := k.proveLayer(gctx, l)
+			sizes[i] = n
+			return err
+		})
+	}
+	err := g.Wait()
+	for i, l := range todo {
+		if sizes[i] > 0 {
+			k.res.ProvenBytes += sizes[i]
+		}
+		if err == nil {
+			k.res.Proven = append(k.res.Proven, l.DiffID)
+		}
+	}
+	if err == nil {
+		k.c.metrics.proofs.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep), "proven").Add(float64(len(todo)))
+		return nil
+	}
+	k.c.metrics.proofs.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep), "failed").Inc()
+	return err
+}
+
+// proveLayer fetches one layer and checks its bytes; it returns how many
+// bytes it read.
+func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
+	p := "/blobs/" + l.Blob.Digest.String()
+	what := "GET " + k.name.repository + p
+	decompress, ok := decompressorFor(l.Blob.MediaType)
+	if !ok {
+		// Nothing to prove with: a layer the registry does not serve
+		// (non-distributable), or a format the runtime cannot unpack.
+		return 0, failure(ErrDenied, "a layer cannot be proven", "%s: media type %q", what, l.Blob.MediaType)
+	}
+	resp, err := k.do(ctx, http.MethodGet, p, "")
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, statusFailure(what, resp)
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength > k.c.maxProofBytes {
+		return 0, failure(ErrUnreachable, "a layer is over the proof bound", "%s: %d bytes, over the %d byte bound", what, resp.ContentLength, k.c.maxProofBytes)
+	}
+	blob := l.Blob.Digest.Algorithm().Digester()
+	counted := &countingReader{r: io.TeeReader(resp.Body, blob.Hash())}
+	diff := l.DiffID.Algorithm().Digester()
+	err = decompress(counted, diff.Hash())
+	// Read what the decompressor left (padding, a trailer it did not need),
+	// so that the blob's digest covers the whole answer.
+	if err == nil {
+		_, err = io.Copy(io.Discard, counted)
+	}
+	switch {
+	case errors.Is(counted.err, errBodyTooLarge):
+		return counted.n, failure(ErrUnreachable, "a layer is over the proof bound", "%s: over the %d byte bound", what, k.c.maxProofBytes)
+	case ctx.Err() != nil:
+		return counted.n, transportFailure(what, ctx.Err())
+	case counted.err != nil:
+		// The answer could not be read to its end: the connection, not the
+		// bytes, failed.
+		return counted.n, transportFailure(what, counted.err)
+	case err != nil:
+		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: %v", what, err)
+	case blob.Digest() != l.Blob.Digest:
+		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: the bytes are %s", what, blob.Digest())
+	case diff.Digest() != l.DiffID:
+		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: they decompress to %s, not the config's %s", what, diff.Digest(), l.DiffID)
+	}
+	return counted.n, nil
+}
+
+// decompressorFor is how a layer of a media type is turned into the tar
+// stream its diff_id names, as containerd's unpacker reads it.
+func decompressorFor(mediaType string) (func(io.Reader, io.Writer) error, bool) {
+	switch {
+	case strings.Contains(mediaType, "nondistributable"), strings.Contains(mediaType, "foreign"):
+		return nil, false
+	case strings.HasSuffix(mediaType, "+gzip"), strings.HasSuffix(mediaType, ".tar.gzip"), mediaType == "application/vnd.docker.image.rootfs.diff.tar.gzip":
+		return func(r io.Reader, w io.Writer) error {
+			zr, err := gzip.NewReader(r)
+			if err != nil {
+				return err
+			}
+			defer zr.Close()
+			// A gzip stream may hold several members; containerd reads them all.
+			_, err = io.Copy(w, zr)
+			return err
+		}, true
+	case strings.HasSuffix(mediaType, "+zstd"):
+		return func(r io.Reader, w io.Writer) error {
+			zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+			if err != nil {
+				return err
+			}
+			defer zr.Close()
+			_, err = io.Copy(w, zr)
+			return err
+		}, true
+	case mediaType == ocispec.MediaTypeImageLayer, mediaType == "application/vnd.docker.image.rootfs.diff.tar":
+		return func(r io.Reader, w io.Writer) error {
+			_, err := io.Copy(w, r)
+			return err
+		}, true
+	}
+	return nil, false
+}
+
+// countingReader counts what it reads and keeps the first error of the
+// reader under it (not io.EOF): a failure to read the answer, told apart
+// from bytes that do not decompress.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// bodyLimitKey carries a request's own bound on its answer's body, for the
+// check's transport: layers are proven past the manifests' bound.
+type bodyLimitKey struct{}
+
+func withBodyLimit(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, bodyLimitKey{}, n)
+}
+
+func bodyLimit(ctx context.Context) int64 {
+	if n, ok := ctx.Value(bodyLimitKey{}).(int64); ok {
+		return n
+	}
+	return maxManifestBytes
+}
