@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
@@ -151,4 +152,64 @@ func TestAPreloadedNameSurvivesAReopenedDatabase(t *testing.T) {
 	if err != nil || e.NeedsVerification || !slices.Equal(e.Preloaded, []string{preloadedRepo, preloadedTag}) {
 		t.Errorf("explain: %+v, %v", e, err)
 	}
+}
+
+// TestPreloadedNamesAndSharedLayers: the layer checks and the preloaded
+// names agree. An image that came around the proxy holding another
+// tenant's private layer was never free, so a pull of it with credentials
+// gives it no preloaded names; an image with preloaded names is free by
+// them, so its layers are public, and another image sharing them that came
+// around the proxy is no other tenant's content.
+func TestPreloadedNamesAndSharedLayers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("an image that came around the proxy with a private layer gets no preloaded names from a pull with credentials", func(t *testing.T) {
+		t.Parallel()
+		s := layerSetup(t) // A's secret image holds lSecret, private
+		s.clock.Step(1)
+		s.node.preload(around, refAround) // holds lSecret, around the proxy
+		const aroundByBob = "registry.test/team-b/around:bob"
+		s.node.serve(aroundByBob, refAround, "bob:b-pw")
+		s.node.serveBytes("registry.test/team-b/around", lSecret)
+		if got := s.start(podBOwn, aroundByBob, "IfNotPresent"); got != running {
+			t.Fatalf("B's pull with its own credential, the layer proven: %s", got)
+		}
+		if got := s.store.Preloaded(refAround); got != nil {
+			t.Errorf("preloaded names %q for an image that came with another tenant's private layer", got)
+		}
+		if got := s.start(podC, around, "Never"); got != errNeverPull {
+			t.Errorf("C by the name it came around the proxy under: %s, want %s", got, errNeverPull)
+		}
+	})
+
+	t.Run("the layers of an image with preloaded names are public", func(t *testing.T) {
+		t.Parallel()
+		const (
+			other    = "registry.test/team-c/other:v1"
+			refOther = "sha256:abababababababababababababababababababababababababababababababab"
+		)
+		lShared := digest.FromString("a layer the preloaded image brought")
+		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s.node.withLayers(refApp, lShared)
+		s.node.withLayers(refOther, lShared)
+		s.node.preload(preloadedTag, refApp)
+		if err := s.guard.ObserveLayers(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.start(podA, private, "IfNotPresent"); got != running {
+			t.Fatalf("A's pull: %s", got)
+		}
+		if got := s.store.Preloaded(refApp); len(got) == 0 {
+			t.Fatalf("no preloaded names")
+		}
+		s.clock.Step(1)
+		s.node.preload(other, refOther) // around the proxy, after A's pull
+		if got := s.start(podC, other, "Never"); got != running {
+			t.Errorf("C's image sharing only a preloaded image's layer: %s, want %s", got, running)
+		}
+		if got := s.start(podC, preloadedTag, "Never"); got != running {
+			t.Errorf("C by the preloaded tag: %s", got)
+		}
+	})
 }

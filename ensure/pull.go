@@ -192,6 +192,10 @@ func imageIDOf(ctx context.Context, rt Runtime, name, ref string) string {
 //   - every name of a repository with another pull through the proxy in
 //     flight (or unsettled): it may have added it, and not recorded it yet.
 //
+// None at all when the image came around the proxy holding a layer that
+// was private on the node before the proxy first saw it
+// (cameWithPrivateLayers): it was never free, whatever its names.
+//
 // What is left out needs verification, as before this change: the error
 // is on the safe side. See decide for what the names then allow.
 func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string) []string {
@@ -217,6 +221,11 @@ func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before strin
 		case g.pending.count(n.Repository) > own:
 		default:
 			out = append(out, key)
+		}
+	}
+	if len(out) > 0 {
+		if came, _ := g.cameWithPrivateLayers(ctx, ref); came {
+			return nil
 		}
 	}
 	return out
