@@ -178,8 +178,18 @@ func Repositories(results []Result) []string {
 }
 
 // RecordPreloaded records every pulled image as accessible to all pods of
-// the node for its repository, in store, at now.
+// the node for its repository, in store, at now; an image's first record
+// also keeps the names it was baked under as its preloaded names
+// (records.PreloadedRecord), so that it stays free by them, and by its ID,
+// after a pull of the same digest with credentials under another
+// repository.
 func RecordPreloaded(store *records.Store, results []Result, now time.Time) error {
+	names := map[string][]string{} // image ID -> the names it was baked under
+	for _, r := range results {
+		if r.Err == nil {
+			names[r.ImageID] = append(names[r.ImageID], r.Image)
+		}
+	}
 	for _, r := range results {
 		if r.Err != nil {
 			continue
@@ -188,7 +198,7 @@ func RecordPreloaded(store *records.Store, results []Result, now time.Time) erro
 		if !ok {
 			continue
 		}
-		if err := store.RecordPull(r.ImageID, repo, ensure.Credential{Node: true}, "", now); err != nil {
+		if err := store.RecordPull(r.ImageID, repo, ensure.Credential{Node: true}, "", now, names[r.ImageID]); err != nil {
 			return fmt.Errorf("record %s as preloaded: %w", r.Image, err)
 		}
 	}

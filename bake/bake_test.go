@@ -180,5 +180,24 @@ func TestPreload(t *testing.T) {
 		if n, _, _ := s.Counts(); n != 3 {
 			t.Errorf("%d records, want 3", n)
 		}
+		for _, r := range []Result{ok1, ok2, ok3} {
+			if got := s.Preloaded(r.ImageID); !slices.Equal(got, []string{r.Image}) {
+				t.Errorf("%s: preloaded names %q, want its own", r.Image, got)
+			}
+		}
+	})
+	t.Run("an image baked under two names keeps both as its preloaded names", func(t *testing.T) {
+		s, err := records.Open(filepath.Join(t.TempDir(), "ensure.db"), records.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		alias := Result{Image: "registry.test/other/app:base", ImageID: ok1.ImageID}
+		if err := RecordPreloaded(s, []Result{ok1, alias}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := s.Preloaded(ok1.ImageID), []string{"registry.test/other/app:base", ok1.Image}; !slices.Equal(got, want) {
+			t.Errorf("preloaded names %q, want %q", got, want)
+		}
 	})
 }

@@ -15,7 +15,9 @@
 //     writing the same preload record twice changes nothing.
 //   - RecordPreloaded writes, per pulled image, a record that makes its
 //     repository accessible to every pod of the node (as an anonymous pull
-//     would), so the ensure logic hands it out under every policy;
+//     would), so the ensure logic hands it out under every policy, and
+//     keeps the names it was baked under as its preloaded names (free by
+//     them and by its ID after another tenant's pull of the same digest);
 //     Allowlist gives the repositories for
 //     preloadedImagesVerificationAllowlist instead.
 package bake

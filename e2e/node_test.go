@@ -90,6 +90,7 @@ var nodeScenarios = []nodeScenario{
 	mirrorScenario,          // 22, node_registrycheck_test.go
 	manifestOnlyScenario,    // 23
 	forgedConfigScenario,    // 24
+	preloadedScenario,       // 25, node_preloaded_test.go
 }
 
 // title is the scenario's subtest name and row: its number, then its name.

@@ -83,7 +83,7 @@ func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Imag
 		g.refused(ctx, pod, use, ref, why)
 		return refusal(shown, pod)
 	}
-	d := g.countedDecide(ref, repo, img.Names)
+	d := g.countedDecide(ref, repo, g.askedName(use.Image, repo), img.Names)
 	if !d.verify || g.grants.has(pod.UID, ref) {
 		g.logDecision(ctx, "CreateContainer: allowed ("+use.Field+")", shown, ref, pod.String(), d.rule)
 		return nil

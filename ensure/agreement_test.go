@@ -96,20 +96,20 @@ func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 	}{
 		{"preloaded (no record)", func(ensure.RecordStore, time.Time) error { return nil }},
 		{"pulled with no verified credential", func(s ensure.RecordStore, at time.Time) error {
-			return s.RecordPull(refApp, repo, ensure.Credential{}, "", at)
+			return s.RecordPull(refApp, repo, ensure.Credential{}, "", at, nil)
 		}},
 		{"pulled with a pull secret (its coordinates)", func(s ensure.RecordStore, at time.Time) error {
 			return s.RecordPull(refApp, repo, ensure.Credential{Hash: s.HashAuth(ensure.Auth{Username: "alice", Password: "a-pw"}),
-				Secret: &ensure.SecretRef{Namespace: "ns-a", Name: "sec-a", UID: "sec-a-uid"}}, "", at)
+				Secret: &ensure.SecretRef{Namespace: "ns-a", Name: "sec-a", UID: "sec-a-uid"}}, "", at, nil)
 		}},
 		{"pulled with a credential known by its hash only", func(s ensure.RecordStore, at time.Time) error {
-			return s.RecordPull(refApp, repo, ensure.Credential{Hash: s.HashAuth(ensure.Auth{Username: "alice", Password: "a-pw"})}, "", at)
+			return s.RecordPull(refApp, repo, ensure.Credential{Hash: s.HashAuth(ensure.Auth{Username: "alice", Password: "a-pw"})}, "", at, nil)
 		}},
 		{"pulled with a service account", func(s ensure.RecordStore, at time.Time) error {
-			return s.RecordPull(refApp, repo, ensure.Credential{ServiceAccount: &ensure.ServiceAccount{Namespace: "ns-a", Name: "sa-a", UID: "sa-a-uid"}}, "", at)
+			return s.RecordPull(refApp, repo, ensure.Credential{ServiceAccount: &ensure.ServiceAccount{Namespace: "ns-a", Name: "sa-a", UID: "sa-a-uid"}}, "", at, nil)
 		}},
 		{"pulled anonymously or with node credentials", func(s ensure.RecordStore, at time.Time) error {
-			return s.RecordPull(refApp, repo, ensure.Credential{Node: true}, "", at)
+			return s.RecordPull(refApp, repo, ensure.Credential{Node: true}, "", at, nil)
 		}},
 	}
 	ages := []struct {

@@ -19,11 +19,14 @@ import (
 )
 
 // BenchmarkGuardImageStatus is the guard's own cost on ImageStatus, with
-// the bbolt store: everything it adds to a call, without the call.
+// the bbolt store: everything it adds to a call, without the call. The
+// preloaded tag is the private image's digest, preloaded as another tag of
+// its repository before the private pull: decided (its repository is
+// restricted), shown from the preloaded names in memory.
 func BenchmarkGuardImageStatus(b *testing.B) {
 	for _, tc := range []struct {
 		name, image string
-	}{{"shown (anonymous pull)", public}, {"hidden (pulled with credentials)", private}} {
+	}{{"shown (anonymous pull)", public}, {"hidden (pulled with credentials)", private}, {"shown (a preloaded tag of a repository pulled with credentials)", preloadedTag}} {
 		b.Run(tc.name, func(b *testing.B) {
 			store, err := records.Open(filepath.Join(b.TempDir(), "ensure.db"), records.Options{})
 			if err != nil {
@@ -33,6 +36,7 @@ func BenchmarkGuardImageStatus(b *testing.B) {
 			node := newFakeNode()
 			node.serve(private, refApp, "alice:a-pw")
 			node.serve(public, refTool, "")
+			node.preload(preloadedTag, refApp)
 			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
 			g, err := ensure.NewGuard(store, p, ensure.CRIRuntime(node, node), ensure.GuardOptions{})
 			if err != nil {

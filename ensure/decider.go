@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -98,18 +99,54 @@ type decision struct {
 
 // decide is the kubelet's MustAttemptImagePull without the pod: whether
 // using the present image imageRef as repository repo ("" when unknown)
-// requires the pod to prove a credential.
+// requires the pod to prove a credential. name is the name the pod asked
+// for (imageref.Name.Lookup form; "" for a lookup by ID), listed under the
+// image whenever repo is set.
 //
 // Unlike the kubelet, "pulled by the proxy" is decided per repository when
 // the repository is known: a digest pulled with a secret through repository
 // X does not make a preloaded copy under Y need verification
 // (kubernetes/kubernetes#138175). Knowing a repository requires the runtime
 // to list the image under it; lookups by image ID never know one.
-func (d *Decider) decide(imageRef, repo string, names []string) decision {
+//
+// A name the image was listed under before the proxy first recorded a pull
+// of it (its preloaded names, kept with that record) stays preloaded, for
+// every pod: the image was on the node, free by that name, and refusing it
+// later protects nothing. This is what the kubelet's ImagePreloadedRecord
+// does (kubernetes/kubernetes#139156), by full name rather than by
+// repository, so that it also holds within one repository: a preloaded
+// base:node stays free after tenant A pulls base:v1 of the same digest
+// with its secret, while base:v1 stays A's (it is no preloaded name). A
+// pull in flight changes nothing for such a name: the image it names is
+// the one that was free. Policies decide with it as with any image the
+// proxy never pulled (VerificationRequired(repo, false)): free under
+// NeverVerifyPreloadedImages, the allowlist alone under
+// NeverVerifyAllowlistedImages and verified under AlwaysVerify, as they
+// treat preloaded images (the kubelet's policies ignore "preloaded" but
+// for the first).
+//
+// A lookup by ID (kubelets before 1.28 create containers by image ID
+// alone) of an image with preloaded names is decided as the kubelet
+// decides a preloaded image: the image was free to every pod before its
+// first recorded pull (by those names, so by its ID too), and its ID
+// names those very bytes, nothing a later pull brought. An image that came
+// through the proxy first has no preloaded names, whatever names appear
+// on it later (a tag added around the proxy, another preload of the same
+// digest): by ID it is decided by its record, as before, and by name per
+// repository, as above.
+func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
 	if imageRef == "" {
 		return decision{true, resultMustAuth, "no image ID"}
 	}
 	policy := d.Policy()
+	if pre := d.store.Preloaded(imageRef); len(pre) > 0 && !policy.VerificationRequired(repo, false) {
+		switch {
+		case repo == "":
+			return decision{false, resultPolicyAllowed, "preloaded: the image was on the node, free to all pods, before the proxy first pulled it (listed as " + strings.Join(pre, ", ") + ")"}
+		case name != "" && slices.Contains(pre, name):
+			return decision{false, resultPolicyAllowed, "preloaded: listed as " + name + " before the proxy first pulled the image"}
+		}
+	}
 	rec, err := d.store.Get(imageRef)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		// The record is unknown: decide as if the image had been pulled
@@ -274,6 +311,21 @@ func resolveImage(ctx context.Context, rt Runtime, parsed *imageref.Names, q Ima
 		}
 	}
 	return img, "", nil
+}
+
+// askedName is the name of q the image was found by as repo (Lookup
+// form), "" when repo is unknown (a lookup by ID): the name decide checks
+// against the image's preloaded names.
+func (d *Decider) askedName(q ImageQuery, repo string) string {
+	if repo == "" {
+		return ""
+	}
+	for _, name := range []string{q.UserSpecified, q.Name} {
+		if n := d.parse(name); n.OK && n.Repository == repo {
+			return n.Lookup()
+		}
+	}
+	return ""
 }
 
 // pulledAsListed reports whether a pull through the proxy is in flight, or

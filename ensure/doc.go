@@ -75,6 +75,11 @@
 // (ImagePullIntent) is written before a pull is forwarded and removed with
 // the record's update in the same transaction; an intent left by a crash
 // becomes, at start, a record with no credential (every pod must verify).
+// The first record of an image that was on the node keeps the names the
+// runtime listed it under before that pull (its preloaded names, the
+// kubelet's ImagePreloadedRecord by full name): by them, and by its ID,
+// the image stays free to every pod as it was, while the name pulled with
+// credentials is its puller's (Decider.decide, Guard.listedBefore).
 //
 // The records database is package records (ensure/records): its layout,
 // migrations and durability are documented there. A write that fails (a

@@ -20,6 +20,9 @@ type Explanation struct {
 	Present    bool    `json:"present"`
 	Policy     string  `json:"policy"`
 	Record     *Record `json:"record,omitempty"`
+	// Preloaded are the names the image was listed under before its first
+	// recorded pull: free to every pod under NeverVerifyPreloadedImages.
+	Preloaded []string `json:"preloaded,omitempty"`
 
 	NeedsVerification bool   `json:"needsVerification"`
 	Result            string `json:"result"` // the kubelet's result name
@@ -88,6 +91,7 @@ func (d *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		e.Repository, _ = imageref.Repository(image)
 	}
 	if e.ImageRef != "" {
+		e.Preloaded = d.store.Preloaded(e.ImageRef)
 		if rec, err := d.store.Get(e.ImageRef); err == nil {
 			e.Record = rec
 		} else if !errors.Is(err, ErrNotFound) {
@@ -114,7 +118,7 @@ func (d *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		e.Result, e.Rule = resultMustAuth, "not present"
 		return e, nil
 	}
-	dec := d.decide(e.ImageRef, e.Repository, img.Names)
+	dec := d.decide(e.ImageRef, e.Repository, d.askedName(ImageQuery{Name: image}, e.Repository), img.Names)
 	e.NeedsVerification, e.Result, e.Rule = dec.verify, dec.result, dec.rule
 	if podUID != "" && granted != nil {
 		e.PodGranted = granted(podUID, e.ImageRef)

@@ -29,8 +29,16 @@ type RecordStore interface {
 	// Intents lists the intents.
 	Intents() ([]Intent, error)
 	// RecordPull adds cred for repo to imageRef's record and drops the
-	// intent, atomically and durably.
-	RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error
+	// intent, atomically and durably. When imageRef had no record,
+	// preloaded (names the runtime listed the image under before the pull)
+	// become its preloaded names in the same write; else they are ignored.
+	RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string) error
+	// Preloaded returns the names imageRef was listed under before its
+	// first recorded pull (records.PreloadedName forms, sorted), nil when
+	// none. It must be cheap (memory only): it runs on ImageStatus and
+	// CreateContainer. It may miss a name (the name then needs
+	// verification), never invent one.
+	Preloaded(imageRef string) []string
 	// Forget deletes a record and reports whether there was one.
 	Forget(imageRef string) (bool, error)
 	// Counts returns the numbers of records and intents.
@@ -62,8 +70,8 @@ type LayerStore interface {
 	NoteLayers(imageRef string, diffIDs []digest.Digest, seen time.Time) error
 	// RecordVerifiedPull is RecordPull for a pull whose every layer repo
 	// vouched for: it also keeps the image's layers and repo's word for
-	// each, in the same transaction.
-	RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time) error
+	// each, in the same transaction (and preloaded, as RecordPull).
+	RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error
 	// Vouched reports whether repo vouched for the layer in the verified
 	// pull of imageRef ("": any image) that still has its record.
 	Vouched(repo string, diffID digest.Digest, imageRef string) (bool, error)
@@ -189,8 +197,8 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 }
 
 // countedDecide is the Decider's decide, counted in the metrics.
-func (g *Guard) countedDecide(imageRef, repo string, names []string) decision {
-	d := g.decide(imageRef, repo, names)
+func (g *Guard) countedDecide(imageRef, repo, name string, names []string) decision {
+	d := g.decide(imageRef, repo, name, names)
 	g.metrics.checks.WithLabelValues(d.result).Inc()
 	return d
 }

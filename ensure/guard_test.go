@@ -108,6 +108,12 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 // unless the pull policy is Always, PullImage with each credential in turn
 // (or none) when needed, then CreateContainer with the image ID.
 func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
+	return s.startAs(p, image, pullPolicy, false)
+}
+
+// startAs is start; byID makes CreateContainer name the image by its ID
+// alone, as kubelets before 1.28 do (no user-specified image).
+func (s *setup) startAs(p pod, image, pullPolicy string, byID bool) kubeletResult {
 	ctx := context.Background()
 	spec := &runtimeapi.ImageSpec{Image: image}
 	ref := ""
@@ -137,9 +143,13 @@ func (s *setup) start(p pod, image, pullPolicy string) kubeletResult {
 			return errImagePull
 		}
 	}
+	userSpecified := image
+	if byID {
+		userSpecified = ""
+	}
 	_, err := s.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId:  "sandbox-" + p.uid,
-		Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: ref, UserSpecifiedImage: image}},
+		Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: ref, UserSpecifiedImage: userSpecified}},
 		SandboxConfig: p.sandbox(),
 	}, s.node.CreateContainer)
 	switch {
@@ -204,76 +214,92 @@ func TestDecisionTable(t *testing.T) {
 		pullPolicy string
 		want       kubeletResult
 		requests   int // registry requests this step makes
+		// byID: the kubelet is older than 1.28: CreateContainer names the
+		// image by its ID alone.
+		byID bool
+		// preload, before the step, puts the private image's digest on the
+		// node under this name too, around the proxy (ctr, or a pull of a
+		// public copy straight at the runtime).
+		preload string
+		// restart, before the step, restarts the guard on the same store.
+		restart bool
 	}
+	// The private image's digest under other names: another tag of its
+	// repository, and another repository.
+	const (
+		sameRepo  = "registry.test/team-a/app:node"
+		otherRepo = "registry.test/base/app:node"
+	)
 	for _, tc := range []struct {
 		name      string
 		policy    ensure.PolicyName
 		allowlist []string
-		preload   bool // the private image is baked into the node
+		preload   bool     // the private image is baked into the node
+		preloadAs []string // the private image's digest is baked in under these names
 		steps     []step
 	}{
 		{
 			name: "default policy: tenant A pulls with its secret; B without one is hidden the image and fails at the registry",
 			steps: []step{
-				{podA, private, "IfNotPresent", running, 1},
-				{podB, private, "IfNotPresent", errImagePull, 1},
-				{podB, private, "Never", errNeverPull, 0},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: private, pullPolicy: "IfNotPresent", want: errImagePull, requests: 1},
+				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull, requests: 0},
 			},
 		},
 		{
 			name: "default policy: a pod with A's credential re-uses the image with no registry request",
 			steps: []step{
-				{podA, private, "IfNotPresent", running, 1},
-				{podA2, private, "IfNotPresent", running, 0},
-				{podA2, private, "IfNotPresent", running, 0},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podA2, image: private, pullPolicy: "IfNotPresent", want: running, requests: 0},
+				{pod: podA2, image: private, pullPolicy: "IfNotPresent", want: running, requests: 0},
 			},
 		},
 		{
 			name: "default policy: B with wrong credentials fails; B with its own valid credential verifies once, then re-uses",
 			steps: []step{
-				{podA, private, "IfNotPresent", running, 1},
-				{podBWrong, private, "IfNotPresent", errImagePull, 1},
-				{podBOwn, private, "IfNotPresent", running, 1},
-				{pod{uid: "b5", creds: podBOwn.creds}, private, "IfNotPresent", running, 0},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podBWrong, image: private, pullPolicy: "IfNotPresent", want: errImagePull, requests: 1},
+				{pod: podBOwn, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: pod{uid: "b5", creds: podBOwn.creds}, image: private, pullPolicy: "IfNotPresent", want: running, requests: 0},
 			},
 		},
 		{
 			name: "default policy: a pod whose first credential is wrong and second verified pulls once with the second",
 			steps: []step{
-				{podA, private, "IfNotPresent", running, 1},
-				{podBTwo, private, "IfNotPresent", running, 1},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podBTwo, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
 			},
 		},
 		{
 			name: "default policy: Always means a real pull every time, still verified",
 			steps: []step{
-				{podA, private, "Always", running, 1},
-				{podA2, private, "Always", running, 1},
-				{podB, private, "Always", errImagePull, 1},
+				{pod: podA, image: private, pullPolicy: "Always", want: running, requests: 1},
+				{pod: podA2, image: private, pullPolicy: "Always", want: running, requests: 1},
+				{pod: podB, image: private, pullPolicy: "Always", want: errImagePull, requests: 1},
 			},
 		},
 		{
 			name: "default policy: an anonymously pulled public image is never hidden",
 			steps: []step{
-				{podB, public, "IfNotPresent", running, 1},
-				{podA, public, "IfNotPresent", running, 0},
-				{pod{uid: "c"}, public, "Never", running, 0},
+				{pod: podB, image: public, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podA, image: public, pullPolicy: "IfNotPresent", want: running, requests: 0},
+				{pod: pod{uid: "c"}, image: public, pullPolicy: "Never", want: running, requests: 0},
 			},
 		},
 		{
 			name:    "default policy: a preloaded image is free to use, even Never",
 			preload: true,
 			steps: []step{
-				{podB, private, "Never", running, 0},
-				{podB, private, "IfNotPresent", running, 0},
+				{pod: podB, image: private, pullPolicy: "Never", want: running, requests: 0},
+				{pod: podB, image: private, pullPolicy: "IfNotPresent", want: running, requests: 0},
 			},
 		},
 		{
 			name:   "NeverVerify: anyone uses a present image",
 			policy: ensure.NeverVerify,
 			steps: []step{
-				{podA, private, "IfNotPresent", running, 1},
-				{podB, private, "Never", running, 0},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: private, pullPolicy: "Never", want: running, requests: 0},
 			},
 		},
 		{
@@ -281,10 +307,101 @@ func TestDecisionTable(t *testing.T) {
 			policy:  ensure.AlwaysVerify,
 			preload: true,
 			steps: []step{
-				{podB, private, "Never", errNeverPull, 0},
-				{podB, private, "IfNotPresent", errImagePull, 1},
-				{podA, private, "IfNotPresent", running, 1},
-				{podA2, private, "IfNotPresent", running, 0},
+				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull, requests: 0},
+				{pod: podB, image: private, pullPolicy: "IfNotPresent", want: errImagePull, requests: 1},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podA2, image: private, pullPolicy: "IfNotPresent", want: running, requests: 0},
+			},
+		},
+		{
+			name:      "default policy: preloaded as another tag of its repository, then pulled by A with its secret: the preloaded tag stays free to all, by name and by ID, across a restart; A's tag stays A's",
+			preloadAs: []string{sameRepo},
+			steps: []step{
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: running},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: running, byID: true},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: running},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: running, byID: true},
+				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull},
+				{pod: podB, image: private, pullPolicy: "IfNotPresent", want: errImagePull, requests: 1},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: running, restart: true},
+				{pod: podB, image: sameRepo, pullPolicy: "IfNotPresent", want: running, byID: true},
+				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull},
+				{pod: podA2, image: private, pullPolicy: "IfNotPresent", want: running},
+			},
+		},
+		{
+			name:      "default policy: preloaded under another repository, then pulled by A with its secret: free by its name (as before) and now by ID, across a restart; A's name stays A's",
+			preloadAs: []string{otherRepo},
+			steps: []step{
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running, byID: true},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running, byID: true},
+				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running, byID: true, restart: true},
+				{pod: podB, image: private, pullPolicy: "IfNotPresent", want: errImagePull, requests: 1},
+			},
+		},
+		{
+			name:      "default policy: a preloaded tag A pulls again with its secret stays preloaded",
+			preloadAs: []string{private},
+			steps: []step{
+				{pod: podA, image: private, pullPolicy: "Always", want: running, requests: 1},
+				{pod: podB, image: private, pullPolicy: "Never", want: running},
+				{pod: podB, image: private, pullPolicy: "Never", want: running, byID: true},
+			},
+		},
+		{
+			name: "default policy: A's pull first, then the same digest appears under another tag of its repository: that tag is A's repository's, by name and by ID",
+			steps: []step{
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull, preload: sameRepo},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull, byID: true},
+				{pod: podA2, image: sameRepo, pullPolicy: "IfNotPresent", want: running},
+			},
+		},
+		{
+			name: "default policy: A's pull first, then the same digest appears under another repository: free by that name, as before (per repository); by ID still A's",
+			steps: []step{
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running, preload: otherRepo},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: deniedCreate, byID: true},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running, restart: true},
+			},
+		},
+		{
+			name:      "AlwaysVerify: preloaded names change nothing: verified before and after A's pull",
+			policy:    ensure.AlwaysVerify,
+			preloadAs: []string{sameRepo, otherRepo},
+			steps: []step{
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: errNeverPull},
+			},
+		},
+		{
+			name:      "NeverVerifyAllowlistedImages: preloaded names change nothing: the allowlist alone decides, before and after A's pull",
+			policy:    ensure.NeverVerifyAllowlistedImages,
+			allowlist: []string{"registry.test/base/*"},
+			preloadAs: []string{sameRepo, otherRepo},
+			steps: []step{
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: running},
+				{pod: podB, image: otherRepo, pullPolicy: "Never", want: deniedCreate, byID: true},
+			},
+		},
+		{
+			name:      "NeverVerify: preloaded names change nothing: any pod uses any present image",
+			policy:    ensure.NeverVerify,
+			preloadAs: []string{sameRepo},
+			steps: []step{
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
+				{pod: podB, image: private, pullPolicy: "Never", want: running, byID: true},
 			},
 		},
 		{
@@ -293,10 +410,10 @@ func TestDecisionTable(t *testing.T) {
 			allowlist: []string{"registry.test/public/*"},
 			preload:   true,
 			steps: []step{
-				{podB, private, "Never", errNeverPull, 0},
-				{podB, public, "IfNotPresent", running, 0},
-				{pod{uid: "c"}, public, "Never", running, 0},
-				{podA, private, "IfNotPresent", running, 1},
+				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull, requests: 0},
+				{pod: podB, image: public, pullPolicy: "IfNotPresent", want: running, requests: 0},
+				{pod: pod{uid: "c"}, image: public, pullPolicy: "Never", want: running, requests: 0},
+				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
 			},
 		},
 	} {
@@ -311,11 +428,20 @@ func TestDecisionTable(t *testing.T) {
 				s.node.preload(private, refApp)
 				s.node.preload(public, refTool)
 			}
+			for _, name := range tc.preloadAs {
+				s.node.preload(name, refApp)
+			}
 			for i, st := range tc.steps {
+				if st.preload != "" {
+					s.node.preload(st.preload, refApp)
+				}
+				if st.restart {
+					s.restart(t, policy, tc.allowlist...)
+				}
 				before := s.node.registryRequests()
-				got := s.start(st.pod, st.image, st.pullPolicy)
+				got := s.startAs(st.pod, st.image, st.pullPolicy, st.byID)
 				if got != st.want {
-					t.Errorf("step %d (pod %s, %s, %s): %s, want %s", i, st.pod.uid, st.image, st.pullPolicy, got, st.want)
+					t.Errorf("step %d (pod %s, %s, %s, by ID %v): %s, want %s", i, st.pod.uid, st.image, st.pullPolicy, st.byID, got, st.want)
 				}
 				if n := s.node.registryRequests() - before; n != st.requests {
 					t.Errorf("step %d (pod %s): %d registry requests, want %d", i, st.pod.uid, n, st.requests)

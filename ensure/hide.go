@@ -14,7 +14,7 @@ func (g *Guard) Hide(ctx context.Context, image, imageID string, names ...[]stri
 	if !ok || !g.listedAs(repo, names...) {
 		return false
 	}
-	d := g.countedDecide(imageID, repo, nil)
+	d := g.countedDecide(imageID, repo, g.parse(image).Lookup(), nil)
 	if !d.verify {
 		return false
 	}

@@ -27,9 +27,13 @@ import (
 // account, or with no verified credential) or a pull of such an image is
 // in flight, and no public image holds it: public is an image the proxy
 // saw on the node, with no record, before the first private one holding
-// the layer (preloaded), or an image pulled node-wide (anonymously, or
-// with node credentials) whose repository vouched for the layer. A record
-// made node-wide before this check existed makes nothing public.
+// the layer (preloaded), an image with preloaded names (on the node, free,
+// before its first recorded pull: it still is, by those names and by ID),
+// or an image pulled node-wide (anonymously, or with node credentials)
+// whose repository vouched for the layer. A record made node-wide before
+// this check existed makes nothing public. An image that came around the
+// proxy holding a private layer gets no preloaded names from a later pull
+// of it: it was never free.
 //
 // A pull of an image as repo proves by its bytes each private layer that
 // repo has not vouched for (Verify; again after the runtime's pull, in
@@ -174,6 +178,12 @@ func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerF
 			preloaded = append(preloaded, candidate{h, l.Seen})
 		case err != nil:
 			return layerPrivacy{true, "the record of an image holding it cannot be read"}
+		case len(g.store.Preloaded(h)) > 0:
+			// On the node, free to every pod, before its first recorded
+			// pull (and it did not come around the proxy with a private
+			// layer, or it would have no preloaded names): it still is,
+			// by those names and by ID, so its layers are public.
+			return layerPrivacy{false, "public: held by " + h + ", preloaded"}
 		default:
 			for r, c := range rec.CredentialMapping {
 				if c.NodePodsAccessible {
@@ -284,27 +294,35 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img Image) (bool, str
 	if _, err := g.store.Get(img.ID); !errors.Is(err, ErrNotFound) || g.unrecorded.has(img.ID) {
 		return false, "" // a record (or no answer: the decision fails closed) decides it
 	}
-	l, ok := g.learnLayers(ctx, img.ID, g.sighting())
-	why := ""
-	switch {
-	case !ok:
-		if !g.anyPrivateLayer(ctx) {
-			return false, ""
-		}
-		why = "the runtime does not say which layers it holds, and the node holds private layers"
-	default:
-		for _, d := range l.DiffIDs {
-			if p := g.layerPrivate(d, img.ID, "", nil, l.Seen, false); p.private {
-				why = "it holds " + d.String() + ", which was private on the node before the image was first seen"
-				break
-			}
-		}
-		if why == "" {
-			return false, ""
-		}
+	came, why := g.cameWithPrivateLayers(ctx, img.ID)
+	if !came {
+		return false, ""
 	}
 	g.track(img, "an image that came around the proxy holds another image's private layers: tracked as pulled with no verified credential; every pod must pull it", why)
 	return true, why
+}
+
+// cameWithPrivateLayers reports whether the image imageID holds a layer
+// that was private on the node before the proxy first saw the image (or
+// its layers cannot be seen while the node holds private ones): such an
+// image may be another tenant's content under a name of its own, and was
+// never free to every pod. A pull in flight in ctx (flightOf) is not
+// counted as a holder.
+func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string) (bool, string) {
+	l, ok := g.learnLayers(ctx, imageID, g.sighting())
+	if !ok {
+		if !g.anyPrivateLayer(ctx) {
+			return false, ""
+		}
+		return true, "the runtime does not say which layers it holds, and the node holds private layers"
+	}
+	self := flightOf(ctx)
+	for _, d := range l.DiffIDs {
+		if p := g.layerPrivate(d, imageID, "", self, l.Seen, false); p.private {
+			return true, "it holds " + d.String() + ", which was private on the node before the image was first seen"
+		}
+	}
+	return false, ""
 }
 
 // learnLayers returns what is known of an image's layers, asking the
@@ -362,7 +380,9 @@ func (g *Guard) track(img Image, msg, why string) {
 		}
 	}
 	for r := range repos {
-		if err := g.store.RecordPull(img.ID, r, Credential{}, "", g.clock.Now()); err != nil {
+		// No preloaded names: it came around the proxy with a private
+		// layer, so it was never free.
+		if err := g.store.RecordPull(img.ID, r, Credential{}, "", g.clock.Now(), nil); err != nil {
 			g.unrecorded.inc(img.ID)
 			g.log.Error("tracking an image failed; every pod verifies it until a restart", "imageRef", img.ID, "err", err)
 			break

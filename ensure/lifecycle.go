@@ -56,7 +56,9 @@ func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
 			keep = append(keep, in)
 			continue
 		default:
-			err = g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now())
+			// No preloaded names: what the image was listed under before
+			// the interrupted pull is not known (those names verify).
+			err = g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now(), nil)
 			if err == nil {
 				g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
 				converted++

@@ -2,7 +2,9 @@ package ensure
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -104,11 +106,12 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	ref := g.imageID(ctx, req.Image, pulled)
 	unlock := g.refs.lock(ref)
 	defer unlock()
+	preloaded := g.listedBefore(ctx, req.Image, repo, ref, before)
 	if v := call.Verified(); v != nil && v.LayersKnown {
 		// The registry vouched for every layer as repo: kept with the record.
-		err = g.store.RecordVerifiedPull(ref, repo, cred, v.Layers, intent, g.clock.Now())
+		err = g.store.RecordVerifiedPull(ref, repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
 	} else {
-		err = g.store.RecordPull(ref, repo, cred, intent, g.clock.Now())
+		err = g.store.RecordPull(ref, repo, cred, intent, g.clock.Now(), preloaded)
 	}
 	if err != nil {
 		g.recordFailed(req.Image, repo, ref, intent, err)
@@ -171,6 +174,63 @@ func imageIDOf(ctx context.Context, rt Runtime, name, ref string) string {
 	return ref
 }
 
+// listedBefore returns the names the image ref, which a pull of image (of
+// repository repo) just resolved to, was listed under before that pull,
+// when ref has no record yet: it was on the node, free to every pod by
+// those names, and they stay so (the store keeps them with the pull's
+// record, as its preloaded names). Nil when ref has a record (the store
+// would ignore them) or the runtime cannot say. The caller holds ref's
+// lock, so no other pull through the proxy records ref meanwhile.
+//
+// The runtime answers with the names the image has now; those this pull,
+// or another in flight, may have given it are left out, so that no name a
+// tenant pulled with credentials passes for a preloaded one:
+//   - image itself, unless it named ref before the pull (before);
+//   - the digests of repo: the pull adds repo@manifest-digest, which a
+//     preload from the same repository may have added already, and the
+//     two cannot be told apart;
+//   - every name of a repository with another pull through the proxy in
+//     flight (or unsettled): it may have added it, and not recorded it yet.
+//
+// None at all when the image came around the proxy holding a layer that
+// was private on the node before the proxy first saw it
+// (cameWithPrivateLayers): it was never free, whatever its names.
+//
+// What is left out needs verification, as before this change: the error
+// is on the safe side. See decide for what the names then allow.
+func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string) []string {
+	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
+		return nil // a record (readable or not), or a pull of it that could not record
+	}
+	img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: ref})
+	if err != nil || !ok || img.ID != ref {
+		return nil
+	}
+	asked := g.parse(image).Lookup()
+	var out []string
+	for _, name := range img.Names {
+		n := g.parse(name)
+		own := 0
+		if n.Repository == repo {
+			own = 1 // this pull's own count
+		}
+		switch key := n.Lookup(); {
+		case !n.OK:
+		case key == asked && before != ref:
+		case n.Repository == repo && strings.Contains(key, "@"):
+		case g.pending.count(n.Repository) > own:
+		default:
+			out = append(out, key)
+		}
+	}
+	if len(out) > 0 {
+		if came, _ := g.cameWithPrivateLayers(ctx, ref); came {
+			return nil
+		}
+	}
+	return out
+}
+
 // checkVerified holds a pull that succeeded to the registry's word: the
 // innermost hook (Verify) must have reported that the image's registry
 // resolved the name, for the credential the pull went with, to the image
@@ -222,7 +282,8 @@ func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, befor
 	case present && img.ID != before:
 		unlock := g.refs.lock(img.ID)
 		defer unlock()
-		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now()); err != nil {
+		preloaded := g.listedBefore(ctx, image, repo, img.ID, before)
+		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now(), preloaded); err != nil {
 			g.recordFailed(image, repo, img.ID, intent, err)
 			return
 		}

@@ -191,10 +191,12 @@ func (p *pendingTable) dec(repo string) {
 	p.mu.Unlock()
 }
 
-func (p *pendingTable) has(repo string) bool {
+func (p *pendingTable) has(repo string) bool { return p.count(repo) > 0 }
+
+func (p *pendingTable) count(repo string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.n[repo] > 0
+	return p.n[repo]
 }
 
 // verificationTable remembers, per image and repository, the registry's

@@ -39,9 +39,12 @@ func (s unavailableStore) DropIntent(string) error          { return s.err() }
 // every image needing verification they would change nothing.
 func (unavailableStore) Intents() ([]Intent, error) { return nil, nil }
 
-func (s unavailableStore) RecordPull(string, string, Credential, string, time.Time) error {
+func (s unavailableStore) RecordPull(string, string, Credential, string, time.Time, []string) error {
 	return s.err()
 }
+
+// Preloaded knows none: every present image needs verification anyway.
+func (unavailableStore) Preloaded(string) []string     { return nil }
 func (s unavailableStore) Forget(string) (bool, error) { return false, s.err() }
 func (s unavailableStore) Counts() (int, int, error)   { return 0, 0, s.err() }
 func (s unavailableStore) Restricted(string) bool      { return true }
@@ -68,7 +71,7 @@ func (unavailableStore) LayerHolders(digest.Digest) []string { return nil }
 func (s unavailableStore) NoteLayers(string, []digest.Digest, time.Time) error {
 	return s.err()
 }
-func (s unavailableStore) RecordVerifiedPull(string, string, Credential, []digest.Digest, string, time.Time) error {
+func (s unavailableStore) RecordVerifiedPull(string, string, Credential, []digest.Digest, string, time.Time, []string) error {
 	return s.err()
 }
 func (s unavailableStore) Vouched(string, digest.Digest, string) (bool, error) {

@@ -207,14 +207,14 @@ func (s watchedStore) DropIntent(id string) error {
 	return err
 }
 
-func (s watchedStore) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error {
-	err := s.RecordStore.RecordPull(imageRef, repo, cred, intentID, now)
+func (s watchedStore) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string) error {
+	err := s.RecordStore.RecordPull(imageRef, repo, cred, intentID, now, preloaded)
 	s.health.note(err)
 	return err
 }
 
-func (s watchedStore) RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time) error {
-	err := s.RecordStore.RecordVerifiedPull(imageRef, repo, cred, diffIDs, intentID, now)
+func (s watchedStore) RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error {
+	err := s.RecordStore.RecordVerifiedPull(imageRef, repo, cred, diffIDs, intentID, now, preloaded)
 	s.health.note(err)
 	return err
 }

@@ -49,14 +49,14 @@ func (d *flakyDisk) probeCount() int {
 	return d.probes
 }
 
-func (d *flakyDisk) RecordPull(imageRef, repo string, cred ensure.Credential, intentID string, now time.Time) error {
+func (d *flakyDisk) RecordPull(imageRef, repo string, cred ensure.Credential, intentID string, now time.Time, preloaded []string) error {
 	d.mu.Lock()
 	err := d.recordErr
 	d.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return d.MemoryStore.RecordPull(imageRef, repo, cred, intentID, now)
+	return d.MemoryStore.RecordPull(imageRef, repo, cred, intentID, now, preloaded)
 }
 
 func (d *flakyDisk) ProbeWrite() error {

@@ -147,12 +147,15 @@ func printAges(out io.Writer, list []ensure.CredentialAge, now time.Time) {
 func (f *recordsFlags) exportCmd() *cobra.Command {
 	var format string
 	cmd := &cobra.Command{Use: "export [--format kubelet DIR]", Short: "Print every record and pull intent as JSON, or write them as the kubelet's own records",
-		Long: `Print every record and pull intent as JSON; with --format kubelet, write them into DIR
-in the kubelet's own layout (DIR/pulled, DIR/pulling: the kubelet's <root-dir>/image_manager), to
-hand a node's enforcement to a kubelet with KubeletEnsureSecretPulledImages. Stop the kubelet
-first: it reads the files at its start. A record the kubelet already has is merged, not replaced.
-Pull secrets cross by their coordinates (the kubelet matches them so, as the proxy does); a
-credential the proxy knows only by its salted hash cannot cross, and its pods verify again.`,
+		Long: `Print every record, preloaded record and pull intent as JSON; with --format kubelet, write
+them into DIR in the kubelet's own layout (DIR/pulled, DIR/pulling, DIR/observed-preloaded: the
+kubelet's <root-dir>/image_manager), to hand a node's enforcement to a kubelet with
+KubeletEnsureSecretPulledImages. Stop the kubelet first: it reads the files at its start. A record
+the kubelet already has is merged, not replaced. Pull secrets cross by their coordinates (the
+kubelet matches them so, as the proxy does); a credential the proxy knows only by its salted hash
+cannot cross, and its pods verify again. Preloaded names cross as the kubelet keeps them, by
+repository, except a repository the image was also pulled as (the kubelet cannot tell its
+preloaded tags from a tenant's): those names need verification under the kubelet.`,
 		RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
 			ex, err := a.List(ctx)
 			if err != nil {
@@ -167,11 +170,14 @@ credential the proxy knows only by its salted hash cannot cross, and its pods ve
 					intents = append(intents, in.Image)
 				}
 			}
-			rep, err := kubeletrecords.Write(args[0], ex.Records, intents)
+			rep, err := kubeletrecords.Write(args[0], ex.Records, ex.Preloaded, intents)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "wrote %d record(s) and %d intent(s) to %s in the kubelet's layout\n", rep.Records, rep.Intents, args[0])
+			fmt.Fprintf(out, "wrote %d record(s), %d preloaded record(s) and %d intent(s) to %s in the kubelet's layout\n", rep.Records, rep.Preloaded, rep.Intents, args[0])
+			if rep.PreloadedLeftOut > 0 {
+				fmt.Fprintf(out, "%d preloaded name(s) were not written: their image was also pulled as their repository, and the kubelet keeps preloaded repositories, not tags; under the kubelet they need verification\n", rep.PreloadedLeftOut)
+			}
 			fmt.Fprintf(out, "%d pull secret(s) carried by their coordinates\n", rep.SecretsByCoordinates)
 			if rep.HashOnlySecrets > 0 {
 				fmt.Fprintf(out, "%d credential(s) known only by their salted hash were not carried: the pods that used them verify again under the kubelet\n", rep.HashOnlySecrets)
@@ -190,9 +196,11 @@ func (f *recordsFlags) importCmd() *cobra.Command {
 	var format string
 	var create bool
 	cmd := &cobra.Command{Use: "import --format kubelet DIR", Short: "Read a kubelet's own records into the database (the daemon stopped)",
-		Long: `Read the records and pull intents a kubelet keeps in DIR (its <root-dir>/image_manager) into
-the database, merged with the records it has, so that a node moving from the kubelet's
-enforcement to the proxy's neither treats its images as preloaded nor pulls everything again.
+		Long: `Read the records, preloaded records and pull intents a kubelet keeps in DIR (its
+<root-dir>/image_manager) into the database, merged with the records it has, so that a node
+moving from the kubelet's enforcement to the proxy's neither treats its images as preloaded nor
+pulls everything again, and its preloaded images stay free by the names the runtime lists them
+under in the repositories the kubelet observed them as.
 The kubelet's pull secret hashes cannot be carried (the schemes differ): those images stay
 "pulled with credentials" and the pods that used the secrets verify again, once. Service
 accounts and node-wide pulls carry over. A record that names no repository (the kubelet's
@@ -218,12 +226,17 @@ database.`,
 			if err != nil {
 				return fmt.Errorf("reading the kubelet's records: %w (nothing imported)", err)
 			}
+			pre, skipped, err := kubeletrecords.ReadPreloaded(args[0])
+			if err != nil {
+				return fmt.Errorf("reading the kubelet's preloaded records: %w (nothing imported)", err)
+			}
+			rep.Skipped += skipped
 			store, err := records.Open(f.database, records.Options{})
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			res, err := kubeletrecords.Import(store, recs, intents, func() ([]records.Image, error) { return f.nodeImages(cmd.Context()) })
+			res, err := kubeletrecords.Import(store, recs, pre, intents, func() ([]records.Image, error) { return f.nodeImages(cmd.Context()) })
 			if errors.Is(err, kubeletrecords.ErrRepositoriesUnknown) {
 				return fmt.Errorf("%w\nstart the runtime (or give --runtime-endpoint) and import again; until then do not start the proxy with these images on the node under NeverVerifyPreloadedImages: it would take them for preloaded ones", err)
 			}
@@ -236,6 +249,16 @@ database.`,
 				fmt.Fprintf(out, "%d record(s) of the kubelet named no repository (pulled, every pod verifies): recorded as pulled with no verified credential for the %d repositories the runtime lists their images under", res.Unmapped, res.Repositories)
 				if res.NoRepository > 0 {
 					fmt.Fprintf(out, "; %d of them still name none (their image is not on the node, or has no name)", res.NoRepository)
+				}
+				fmt.Fprintln(out)
+			}
+			if len(pre) > 0 {
+				fmt.Fprintf(out, "%d preloaded record(s) of the kubelet gave their images %d preloaded name(s)", len(pre), res.PreloadedNames)
+				if res.PreloadedLeftOut > 0 {
+					fmt.Fprintf(out, "; %d repositories were not carried (pulled as them too, not on the node, no record, or the runtime could not say): their names need verification", res.PreloadedLeftOut)
+				}
+				if res.PreloadedUnasked != nil {
+					fmt.Fprintf(out, " (the runtime: %v)", res.PreloadedUnasked)
 				}
 				fmt.Fprintln(out)
 			}
@@ -264,6 +287,9 @@ every pod verifies it once, as for a pull whose credential is unknown. An older 
 makes an image pulled since it was taken pass for a preloaded one. Name the images that really
 are preloaded with --preloaded (a name: that repository of the image; an ID: the whole image) or
 --preloaded-from (a file, one a line, # comments): they are left as the backup has them.
+
+The names images on the node had before their first recorded pull (their preloaded names) are
+carried from the database it replaces: they stay free to all pods, whatever the backup's age.
 
 The backup is checked, copied beside the database, migrated and marked there, synced, then
 renamed over the database; the file it replaces is kept beside it as
@@ -318,6 +344,9 @@ holds are settled then, as after a crash.`,
 			}
 			if rep.Intents > 0 {
 				fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
+			}
+			if rep.PreloadedCarried > 0 {
+				fmt.Fprintf(out, "the preloaded names of %d image(s) on the node, from the database it replaced, carried over: they stay free to all pods\n", rep.PreloadedCarried)
 			}
 			if rep.IntentsLost != "" {
 				fmt.Fprintf(out, "the pull intents of the database it replaced could not be read (%s) and were forgotten, as --forget-unreadable-intents asked\n", rep.IntentsLost)
@@ -453,6 +482,9 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 				fmt.Fprintf(out, "record:      updated %s, repositories %s\n", e.Record.LastUpdatedTime.Format("2006-01-02T15:04:05Z07:00"), strings.Join(repos, ", "))
 			} else {
 				fmt.Fprintf(out, "record:      none\n")
+			}
+			if len(e.Preloaded) > 0 {
+				fmt.Fprintf(out, "preloaded:   %s (listed so before its first recorded pull)\n", strings.Join(e.Preloaded, ", "))
 			}
 			if e.LayersSeen != nil {
 				fmt.Fprintf(out, "layers:      %d, known since %s", len(e.Layers), e.LayersSeen.Format("2006-01-02T15:04:05Z07:00"))

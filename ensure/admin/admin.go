@@ -34,11 +34,17 @@ import (
 //	GET    /v1/export                       records and intents
 //	GET    /v1/resolve?image=NAME           the image ID of a name
 
-// Export is every record and intent.
+// Export is every record, preloaded record and intent.
 type Export struct {
-	Records   []*ensure.Record `json:"records"`
-	Intents   []ensure.Intent  `json:"intents"`
-	Undecoded []string         `json:"undecodedRecords,omitempty"`
+	Records []*ensure.Record `json:"records"`
+	// Preloaded are the names images were listed under before their first
+	// recorded pull (the kubelet's ImagePreloadedRecord, by full name).
+	Preloaded []*records.PreloadedRecord `json:"preloadedRecords,omitempty"`
+	Intents   []ensure.Intent            `json:"intents"`
+	Undecoded []string                   `json:"undecodedRecords,omitempty"`
+	// UndecodedPreloaded are the image IDs of preloaded records that do
+	// not decode: their names need verification.
+	UndecodedPreloaded []string `json:"undecodedPreloadedRecords,omitempty"`
 }
 
 // RevokeResult says what a revoke changed.
@@ -121,11 +127,15 @@ func (l *Local) List(context.Context) (*Export, error) {
 	if err != nil {
 		return nil, err
 	}
+	pre, badPre, err := l.Store.PreloadedRecords()
+	if err != nil {
+		return nil, err
+	}
 	intents, err := l.Store.Intents()
 	if err != nil {
 		return nil, err
 	}
-	return &Export{Records: recs, Intents: intents, Undecoded: bad}, nil
+	return &Export{Records: recs, Preloaded: pre, Intents: intents, Undecoded: bad, UndecodedPreloaded: badPre}, nil
 }
 
 func (l *Local) Get(_ context.Context, ref string) (*ensure.Record, error) { return l.Store.Get(ref) }

@@ -25,7 +25,7 @@ func TestTheClientSeesWhatTheDaemonsLocalServiceSees(t *testing.T) {
 	defer store.Close()
 	ref := "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	intent, _ := store.AddIntent("registry.test/app:v1")
-	if err := store.RecordPull(ref, "registry.test/app", records.Credential{Hash: "h"}, intent, time.Now()); err != nil {
+	if err := store.RecordPull(ref, "registry.test/app", records.Credential{Hash: "h"}, intent, time.Now(), nil); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("unix", filepath.Join(dir, "admin.sock"))

@@ -3,6 +3,7 @@ package ensuretest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,11 +57,11 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		s := newStore(t)
 		ha, hb := s.HashAuth(alice), s.HashAuth(bob)
 		for _, c := range []ensure.Credential{{Hash: ha}, {Hash: hb}, {Hash: ha}, {ServiceAccount: sa}, {ServiceAccount: sa}} {
-			if err := s.RecordPull(RefA, "registry.test/team/app", c, "", t0); err != nil {
+			if err := s.RecordPull(RefA, "registry.test/team/app", c, "", t0, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.RecordPull(RefA, "registry.test/other", ensure.Credential{Node: true}, "", t0.Add(time.Minute)); err != nil {
+		if err := s.RecordPull(RefA, "registry.test/other", ensure.Credential{Node: true}, "", t0.Add(time.Minute), nil); err != nil {
 			t.Fatal(err)
 		}
 		r, err := s.Get(RefA)
@@ -84,7 +85,7 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 
 	t.Run("a pull with no known credential still records the repository, with nothing verified", func(t *testing.T) {
 		s := newStore(t)
-		if err := s.RecordPull(RefA, "registry.test/app", ensure.Credential{}, "", t0); err != nil {
+		if err := s.RecordPull(RefA, "registry.test/app", ensure.Credential{}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		r, _ := s.Get(RefA)
@@ -98,7 +99,7 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		s := newStore(t)
 		for i := 0; i < 105; i++ {
 			h := s.HashAuth(ensure.Auth{Username: fmt.Sprint("user", i), Password: "p"})
-			if err := s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: h}, "", t0); err != nil {
+			if err := s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: h}, "", t0, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -110,7 +111,7 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 
 	t.Run("an image ID that is not a digest is refused", func(t *testing.T) {
 		s := newStore(t)
-		if err := s.RecordPull("registry.test/app:v1", "registry.test/app", ensure.Credential{Node: true}, "", t0); !errors.Is(err, records.ErrInvalidImageRef) {
+		if err := s.RecordPull("registry.test/app:v1", "registry.test/app", ensure.Credential{Node: true}, "", t0, nil); !errors.Is(err, records.ErrInvalidImageRef) {
 			t.Errorf("got %v, want ErrInvalidImageRef", err)
 		}
 	})
@@ -129,7 +130,7 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		if err := s.DropIntent(i3); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordPull(RefA, "registry.test/app", ensure.Credential{Node: true}, i1, t0); err != nil {
+		if err := s.RecordPull(RefA, "registry.test/app", ensure.Credential{Node: true}, i1, t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		in, _ := s.Intents()
@@ -146,9 +147,9 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		if s.Restricted("r.test/app") {
 			t.Fatalf("an empty store restricts")
 		}
-		s.RecordPull(RefA, "r.test/public", ensure.Credential{Node: true}, "", t0)
-		s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: s.HashAuth(alice)}, "", t0)
-		s.RecordPull(RefB, "r.test/app", ensure.Credential{}, "", t0)
+		s.RecordPull(RefA, "r.test/public", ensure.Credential{Node: true}, "", t0, nil)
+		s.RecordPull(RefA, "r.test/app", ensure.Credential{Hash: s.HashAuth(alice)}, "", t0, nil)
+		s.RecordPull(RefB, "r.test/app", ensure.Credential{}, "", t0, nil)
 		if s.Restricted("r.test/public") || !s.Restricted("r.test/app") {
 			t.Errorf("public %v, app %v", s.Restricted("r.test/public"), s.Restricted("r.test/app"))
 		}
@@ -165,9 +166,9 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 	t.Run("each credential's verification time is kept per image and repository, refreshed, and gone with the record", func(t *testing.T) {
 		s := newStore(t)
 		secret := ensure.Credential{Hash: s.HashAuth(alice), Secret: &records.SecretRef{Namespace: "ns", Name: "regcred", UID: "s-uid"}}
-		s.RecordPull(RefA, "r.test/app", secret, "", t0)
-		s.RecordPull(RefA, "r.test/app", ensure.Credential{ServiceAccount: sa}, "", t0.Add(time.Minute))
-		s.RecordPull(RefA, "r.test/app", secret, "", t0.Add(time.Hour))
+		s.RecordPull(RefA, "r.test/app", secret, "", t0, nil)
+		s.RecordPull(RefA, "r.test/app", ensure.Credential{ServiceAccount: sa}, "", t0.Add(time.Minute), nil)
+		s.RecordPull(RefA, "r.test/app", secret, "", t0.Add(time.Hour), nil)
 		for key, want := range map[string]time.Time{
 			"h:" + s.HashAuth(alice): t0.Add(time.Hour),
 			"s:s-uid":                t0.Add(time.Hour),
@@ -189,9 +190,35 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 		}
 	})
 
+	t.Run("the names before an image's first record stay its preloaded names, a later pull's are ignored, and they go with the record", func(t *testing.T) {
+		s := newStore(t)
+		before := []string{"r.test/team/base:node", "r.test/other/base:1", "not a name!"}
+		if err := s.RecordPull(RefA, "r.test/team/base", ensure.Credential{Hash: s.HashAuth(alice)}, "", t0, before); err != nil {
+			t.Fatal(err)
+		}
+		s.RecordPull(RefA, "r.test/team/base", ensure.Credential{Hash: s.HashAuth(bob)}, "", t0, []string{"r.test/team/base:v1"})
+		s.RecordPull(RefB, "r.test/team/base", ensure.Credential{Hash: s.HashAuth(bob)}, "", t0, nil)
+		want := []string{"r.test/other/base:1", "r.test/team/base:node"}
+		if got := s.Preloaded(RefA); !slices.Equal(got, want) {
+			t.Errorf("Preloaded(RefA) = %q, want %q", got, want)
+		}
+		if got := s.Preloaded(RefB); got != nil {
+			t.Errorf("an image first recorded with none has %q", got)
+		}
+		s.Forget(RefA)
+		if got := s.Preloaded(RefA); got != nil {
+			t.Errorf("%q outlived forget", got)
+		}
+		s.RecordPull(RefA, "r.test/team/base", ensure.Credential{}, "", t0, before)
+		s.Prune(func(string) bool { return false }, t0.Add(time.Hour))
+		if got := s.Preloaded(RefA); got != nil {
+			t.Errorf("%q outlived prune", got)
+		}
+	})
+
 	t.Run("forget deletes a record and says whether there was one", func(t *testing.T) {
 		s := newStore(t)
-		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0)
+		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0, nil)
 		if ok, err := s.Forget(RefA); !ok || err != nil {
 			t.Errorf("Forget = %v, %v", ok, err)
 		}
@@ -205,8 +232,8 @@ func StoreConformance(t *testing.T, newStore func(t *testing.T) ensure.RecordSto
 
 	t.Run("prune deletes old records of absent images only", func(t *testing.T) {
 		s := newStore(t)
-		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0)
-		s.RecordPull(RefB, "r.test/b", ensure.Credential{Node: true}, "", t0.Add(time.Hour))
+		s.RecordPull(RefA, "r.test/a", ensure.Credential{Node: true}, "", t0, nil)
+		s.RecordPull(RefB, "r.test/b", ensure.Credential{Node: true}, "", t0.Add(time.Hour), nil)
 		n, err := s.Prune(func(string) bool { return false }, t0.Add(time.Minute))
 		if err != nil || n != 1 {
 			t.Fatalf("pruned %d, %v; want 1", n, err)

@@ -28,6 +28,8 @@ type MemoryStore struct {
 	layers   map[string]records.ImageLayers
 	vouched  map[string]bool // repository, diff_id, image ID
 	next     int
+	// preloaded are the images' preloaded names, sorted.
+	preloaded map[string][]string
 	// Fail, when set, makes every call fail with it.
 	Fail error
 	// FailWrites, when set, makes RecordPull fail with it: the record
@@ -40,7 +42,7 @@ var _ ensure.RecordStore = (*MemoryStore)(nil)
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
 	return &MemoryStore{records: map[string]*ensure.Record{}, verified: map[string]time.Time{}, intents: map[string]string{},
-		layers: map[string]records.ImageLayers{}, vouched: map[string]bool{}}
+		layers: map[string]records.ImageLayers{}, vouched: map[string]bool{}, preloaded: map[string][]string{}}
 }
 
 func (m *MemoryStore) Get(ref string) (*ensure.Record, error) {
@@ -114,18 +116,18 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time) error {
+func (m *MemoryStore) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time, preloaded []string) error {
 	if _, err := digest.Parse(ref); err != nil {
 		return fmt.Errorf("%w: %q", records.ErrInvalidImageRef, ref)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.recordPullLocked(ref, repo, cred, intentID, now)
+	return m.recordPullLocked(ref, repo, cred, intentID, now, preloaded)
 }
 
 // RecordVerifiedPull is RecordPull with the image's layers and repo's word
 // for each, all or nothing.
-func (m *MemoryStore) RecordVerifiedPull(ref, repo string, cred ensure.Credential, diffIDs []digest.Digest, intentID string, now time.Time) error {
+func (m *MemoryStore) RecordVerifiedPull(ref, repo string, cred ensure.Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error {
 	if _, err := digest.Parse(ref); err != nil {
 		return fmt.Errorf("%w: %q", records.ErrInvalidImageRef, ref)
 	}
@@ -136,7 +138,7 @@ func (m *MemoryStore) RecordVerifiedPull(ref, repo string, cred ensure.Credentia
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.recordPullLocked(ref, repo, cred, intentID, now); err != nil {
+	if err := m.recordPullLocked(ref, repo, cred, intentID, now, preloaded); err != nil {
 		return err
 	}
 	if _, ok := m.layers[ref]; !ok {
@@ -224,7 +226,7 @@ func (m *MemoryStore) forgetVouched(ref string) {
 }
 
 // recordPullLocked is RecordPull; m.mu is held.
-func (m *MemoryStore) recordPullLocked(ref, repo string, cred ensure.Credential, intentID string, now time.Time) error {
+func (m *MemoryStore) recordPullLocked(ref, repo string, cred ensure.Credential, intentID string, now time.Time, preloaded []string) error {
 	if m.Fail != nil {
 		return m.Fail
 	}
@@ -235,6 +237,16 @@ func (m *MemoryStore) recordPullLocked(ref, repo string, cred ensure.Credential,
 	if r == nil {
 		r = &ensure.Record{ImageRef: ref, CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{}}
 		m.records[ref] = r
+		var names []string
+		for _, n := range preloaded {
+			if key, ok := records.PreloadedName(n); ok && !slices.Contains(names, key) {
+				names = append(names, key)
+			}
+		}
+		if len(names) > 0 {
+			slices.Sort(names)
+			m.preloaded[ref] = names
+		}
 	}
 	records.MergeCredential(r, repo, cred)
 	r.LastUpdatedTime = metav1.NewTime(now)
@@ -255,8 +267,17 @@ func (m *MemoryStore) VerifiedAt(ref, repo, key string) (time.Time, bool, error)
 	return t, ok, nil
 }
 
-// forgetVerified drops ref's verification times; m.mu is held.
+// Preloaded returns ref's preloaded names.
+func (m *MemoryStore) Preloaded(ref string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.preloaded[ref]
+}
+
+// forgetVerified drops ref's verification times and preloaded names; m.mu
+// is held.
 func (m *MemoryStore) forgetVerified(ref string) {
+	delete(m.preloaded, ref)
 	for k := range m.verified {
 		if strings.HasPrefix(k, ref+"\x00") {
 			delete(m.verified, k)

@@ -4,7 +4,10 @@
 // every image becoming "preloaded" or every pod pulling again.
 //
 // The layout is the kubelet's: DIR/pulled holds one ImagePulledRecord per
-// image, DIR/pulling one ImagePullIntent per pull in flight, each in a file
+// image, DIR/pulling one ImagePullIntent per pull in flight, and
+// DIR/observed-preloaded one ImagePreloadedRecord per image that was
+// preloaded (kubernetes/kubernetes#139156, under review: its layout and
+// JSON as that change has them), each in a file
 // named sha256-<hex sha256 of its key> (the image ID for a record, the
 // image string for an intent), mode 0600 in directories of mode 0700,
 // strict JSON of kubelet.config.k8s.io/v1beta1. Read also takes v1alpha1
@@ -26,6 +29,17 @@
 //     writes its own hash at the first match. A secret the proxy knows
 //     only by its hash (a pull without the API) is not written, and
 //     counted.
+//   - preloaded names do not cross whole: the kubelet keys them by
+//     repository, the proxy by full name (a tag of a repository can be
+//     preloaded while another tag of it is a tenant's). Write writes the
+//     repositories of an image's preloaded names, less those the image was
+//     also pulled as (the kubelet forgets a repository at its first pull;
+//     their names then need verification under the kubelet). Import gives
+//     an image, for each observed repository it was not pulled as, the
+//     names the runtime lists it under in that repository, and leaves out
+//     images with no record (preloaded by every name anyway); when the
+//     runtime cannot be asked, the names stay out (they need
+//     verification), the records still come in.
 //
 // A record left with no credential still crosses: it says the image was
 // pulled with credentials, so that it is never taken for a preloaded one.

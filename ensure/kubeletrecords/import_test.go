@@ -25,7 +25,7 @@ func TestImport(t *testing.T) {
 	defer store.Close()
 	// The proxy already knows A, pulled by a secret of its own.
 	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
-	if err := store.RecordPull(idA, "registry.example/team-a/app", records.Credential{Hash: store.HashAuth(records.Auth{Username: "u", Password: "p"})}, "", now); err != nil {
+	if err := store.RecordPull(idA, "registry.example/team-a/app", records.Credential{Hash: store.HashAuth(records.Auth{Username: "u", Password: "p"})}, "", now, nil); err != nil {
 		t.Fatal(err)
 	}
 	recs, intents, rep, err := Read(kubeletDir(t, map[string]string{idA: "kubelet-v1beta1-record.json", idB: "kubelet-v1alpha1-record.json"},
@@ -33,7 +33,7 @@ func TestImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Import(store, recs, intents, notAsked(t))
+	res, err := Import(store, recs, nil, intents, notAsked(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestImport(t *testing.T) {
 	t.Run("a record that cannot be read stops the import before anything is written", func(t *testing.T) {
 		bad := &Record{ImageRef: "not-a-digest"}
 		bad.CredentialMapping = map[string]kubeletconfigv1beta1.ImagePullCredentials{"x": {}}
-		if _, err := Import(store, []*Record{bad}, []string{"never"}, notAsked(t)); err == nil {
+		if _, err := Import(store, []*Record{bad}, nil, []string{"never"}, notAsked(t)); err == nil {
 			t.Fatal("imported a record with an invalid image ID")
 		}
 		if in, _ := store.Intents(); len(in) != 1 {
@@ -158,7 +158,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := Import(store, recs, intents, onNode.images)
+		rep, err := Import(store, recs, nil, intents, onNode.images)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = Import(store, recs, intents, noRuntime)
+		_, err = Import(store, recs, nil, intents, noRuntime)
 		if !errors.Is(err, ErrRepositoriesUnknown) || !strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("got %v, want ErrRepositoriesUnknown with the runtime's error", err)
 		}
@@ -221,7 +221,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Import(store, recs, intents, notAsked(t)); err != nil {
+		if _, err := Import(store, recs, nil, intents, notAsked(t)); err != nil {
 			t.Fatal(err)
 		}
 	})

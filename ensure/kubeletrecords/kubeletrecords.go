@@ -38,6 +38,11 @@ func FileName(key string) string {
 // WriteReport says what Write carried and what it could not.
 type WriteReport struct {
 	Records, Intents int
+	// Preloaded preloaded records were written (observed-preloaded);
+	// PreloadedLeftOut repositories of them were not: the image was pulled
+	// as them too (forKubeletPreloaded), and the kubelet keys by
+	// repository.
+	Preloaded, PreloadedLeftOut int
 	// SecretsByCoordinates were written with their coordinates and no hash.
 	SecretsByCoordinates int
 	// HashOnlySecrets were known to the proxy by their salted hash alone,
@@ -45,11 +50,13 @@ type WriteReport struct {
 	HashOnlySecrets int
 }
 
-// Write writes recs and the intents' images into dir in the kubelet's
-// layout, each file through a synced temporary file and a rename; a record
-// the kubelet already has there is merged with (Merge), and one that does
-// not decode is an error, not overwritten. It does not change recs.
-func Write(dir string, recs []*Record, intents []string) (WriteReport, error) {
+// Write writes recs, the preloaded records pre (of recs' images) and the
+// intents' images into dir in the kubelet's layout, each file through a
+// synced temporary file and a rename; a record the kubelet already has
+// there is merged with (Merge, and the union of the observed repositories
+// for a preloaded one), and one that does not decode is an error, not
+// overwritten. It does not change recs or pre.
+func Write(dir string, recs []*Record, pre []*PreloadedRecord, intents []string) (WriteReport, error) {
 	var rep WriteReport
 	for _, sub := range []string{PulledDir, PullingDir} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
@@ -86,6 +93,9 @@ func Write(dir string, recs []*Record, intents []string) (WriteReport, error) {
 			return rep, err
 		}
 		rep.Intents++
+	}
+	if err := writePreloaded(dir, recs, pre, &rep); err != nil {
+		return rep, err
 	}
 	return rep, syncDir(dir)
 }
@@ -172,17 +182,22 @@ func writeJSON(path string, v any) error {
 
 func syncDir(dir string) error {
 	for _, d := range []string{filepath.Join(dir, PulledDir), filepath.Join(dir, PullingDir)} {
-		f, err := os.Open(d)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
+		if err := syncOne(d); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// syncOne makes a directory's entries durable.
+func syncOne(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	return err
 }
 
 // ReadReport says what Read found and what it could not carry.
@@ -333,7 +348,7 @@ func DecodeIntent(data []byte) (string, error) {
 // Store is what Import writes into: the proxy's records database.
 type Store interface {
 	Get(imageRef string) (*Record, error)
-	PutRecords([]*Record) error
+	PutRecordsPreloaded([]*Record, []*PreloadedRecord) error
 	AddIntent(image string) (string, error)
 }
 
@@ -351,12 +366,21 @@ type ImportReport struct {
 	// NoRepository of them still name none: their image is not on the
 	// node, or is listed under no name (a lookup by ID verifies).
 	NoRepository int
+	// PreloadedNames are the names the kubelet's preloaded records gave
+	// their images (fromKubeletPreloaded); PreloadedLeftOut repositories of
+	// them were not carried: the image was pulled as them, is not on the
+	// node or has no record, or the runtime could not be asked
+	// (PreloadedUnasked, its error). What is not carried needs
+	// verification.
+	PreloadedNames, PreloadedLeftOut int
+	PreloadedUnasked                 error
 }
 
 // Import adds recs (as Read returns them) to s, merged with the records s
-// already has (Merge), in one transaction, then the intents, which the
-// daemon settles at its start as its own. A record of s that cannot be
-// read is an error: nothing is imported.
+// already has (Merge), with the names of the kubelet's preloaded records
+// pre (ReadPreloaded; fromKubeletPreloaded), in one transaction, then the
+// intents, which the daemon settles at its start as its own. A record of s
+// that cannot be read is an error: nothing is imported.
 //
 // A record with no credential mapping, or an empty one, is the kubelet's
 // "pulled, every pod must verify" (its settled pull intents): the kubelet
@@ -364,10 +388,32 @@ type ImportReport struct {
 // repository, while the proxy decides per repository. Such a record is
 // given, with no credential, every repository node (the runtime's images)
 // lists its image under (records.MarkPulled), so that no name of the image
-// passes for a preloaded one. node is asked once, and only for such
-// records; when it fails nothing is imported (ErrRepositoriesUnknown).
-func Import(s Store, recs []*Record, intents []string, node func() ([]records.Image, error)) (rep ImportReport, err error) {
-	if err := markUnmapped(recs, node, &rep); err != nil {
+// passes for a preloaded one. node is asked at most once: for such
+// records, and for the names of the preloaded records' repositories; when
+// it fails, an import with such records imports nothing
+// (ErrRepositoriesUnknown), one with preloaded records only leaves their
+// names out (they need verification).
+func Import(s Store, recs []*Record, pre []*PreloadedRecord, intents []string, node func() ([]records.Image, error)) (rep ImportReport, err error) {
+	var images []records.Image
+	var nodeErr error
+	asked := false
+	ask := func() ([]records.Image, error) {
+		if !asked {
+			asked = true
+			images, nodeErr = node()
+		}
+		return images, nodeErr
+	}
+	// The repositories the kubelet pulled each image as, before the
+	// unmapped records get every repository of theirs.
+	pulledAs := map[string]map[string]bool{}
+	for _, r := range recs {
+		pulledAs[r.ImageRef] = map[string]bool{}
+		for repo := range r.CredentialMapping {
+			pulledAs[r.ImageRef][repo] = true
+		}
+	}
+	if err := markUnmapped(recs, ask, &rep); err != nil {
 		return rep, err
 	}
 	out := make([]*Record, 0, len(recs))
@@ -385,7 +431,11 @@ func Import(s Store, recs []*Record, intents []string, node func() ([]records.Im
 			rep.Merged++
 		}
 	}
-	if err := s.PutRecords(out); err != nil {
+	names, err := preloadedNames(s, pre, pulledAs, ask, &rep)
+	if err != nil {
+		return rep, err
+	}
+	if err := s.PutRecordsPreloaded(out, names); err != nil {
 		return rep, err
 	}
 	for _, image := range intents {
@@ -394,6 +444,49 @@ func Import(s Store, recs []*Record, intents []string, node func() ([]records.Im
 		}
 	}
 	return rep, nil
+}
+
+// preloadedNames is pre by the proxy's names (fromKubeletPreloaded), for
+// the images with a record, the kubelet's (pulledAs) or the database's.
+func preloadedNames(s Store, pre []*PreloadedRecord, pulledAs map[string]map[string]bool, node func() ([]records.Image, error), rep *ImportReport) ([]*PreloadedRecord, error) {
+	if len(pre) == 0 {
+		return nil, nil
+	}
+	images, err := node()
+	if err != nil {
+		rep.PreloadedUnasked = err
+		for _, p := range pre {
+			rep.PreloadedLeftOut += len(p.ObservedImages)
+		}
+		return nil, nil
+	}
+	byID := make(map[string]*records.Image, len(images))
+	for i := range images {
+		byID[images[i].ID] = &images[i]
+	}
+	var out []*PreloadedRecord
+	for _, p := range pre {
+		have := map[string]bool{}
+		r, err := s.Get(p.ImageRef)
+		switch {
+		case err == nil:
+			for repo := range r.CredentialMapping {
+				have[repo] = true
+			}
+		case !errors.Is(err, records.ErrNotFound):
+			return nil, fmt.Errorf("the database's record of %s: %w (nothing imported)", p.ImageRef, err)
+		case pulledAs[p.ImageRef] == nil:
+			rep.PreloadedLeftOut += len(p.ObservedImages) // no record: preloaded by every name already
+			continue
+		}
+		q, left := fromKubeletPreloaded(p, pulledAs[p.ImageRef], have, byID[p.ImageRef])
+		rep.PreloadedLeftOut += left
+		rep.PreloadedNames += len(q.ObservedImages)
+		if len(q.ObservedImages) > 0 {
+			out = append(out, q)
+		}
+	}
+	return out, nil
 }
 
 // markUnmapped gives each record of recs that names no repository the

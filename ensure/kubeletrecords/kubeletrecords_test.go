@@ -9,6 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 const (
@@ -129,7 +131,7 @@ func TestWrite(t *testing.T) {
 			"registry.example/base": {NodePodsAccessible: true},
 		}}
 	dir := t.TempDir()
-	rep, err := Write(dir, []*Record{rec}, []string{"registry.example/team-a/app:v2"})
+	rep, err := Write(dir, []*Record{rec}, nil, []string{"registry.example/team-a/app:v2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +190,7 @@ func TestWriteMergesWithTheKubeletsOwn(t *testing.T) {
 				{UID: "6a", Namespace: "team-a", Name: "second", CredentialHash: "ours"},
 			}},
 		}}
-	if _, err := Write(dir, []*Record{ours}, nil); err != nil {
+	if _, err := Write(dir, []*Record{ours}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, PulledDir, FileName(idA)))
@@ -210,7 +212,7 @@ func TestWriteMergesWithTheKubeletsOwn(t *testing.T) {
 	t.Run("a kubelet file that does not decode is not overwritten", func(t *testing.T) {
 		path := filepath.Join(dir, PulledDir, FileName(idA))
 		os.WriteFile(path, []byte("{broken"), 0o600)
-		if _, err := Write(dir, []*Record{ours}, nil); err == nil || !strings.Contains(err.Error(), path) {
+		if _, err := Write(dir, []*Record{ours}, nil, nil); err == nil || !strings.Contains(err.Error(), path) {
 			t.Fatalf("got %v, want an error naming %s", err, path)
 		}
 		if b, _ := os.ReadFile(path); string(b) != "{broken" {
@@ -220,7 +222,7 @@ func TestWriteMergesWithTheKubeletsOwn(t *testing.T) {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	for _, name := range []string{"kubelet-v1beta1-record.json", "kubelet-v1alpha1-record.json", "kubelet-intent.json"} {
+	for _, name := range []string{"kubelet-v1beta1-record.json", "kubelet-v1alpha1-record.json", "kubelet-intent.json", "kubelet-preloaded.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -237,6 +239,13 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 		if image, err := DecodeIntent(data); err == nil && image == "" {
 			t.Fatalf("decoded an intent with no image")
+		}
+		if p, err := DecodePreloaded(data); err == nil {
+			if p.ImageRef == "" {
+				t.Fatalf("decoded a preloaded record with no imageRef")
+			}
+			forKubeletPreloaded(p, nil) // must not panic on anything that decodes
+			fromKubeletPreloaded(p, nil, nil, &records.Image{ID: p.ImageRef, Names: []string{"registry.example/preloaded/app:node"}})
 		}
 	})
 }

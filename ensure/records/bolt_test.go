@@ -13,6 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 )
 
 const refA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -41,7 +42,7 @@ func TestOpen(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ensure.db")
 		s, _ := Open(path, Options{})
 		h := s.HashAuth(alice)
-		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: h}, "", t0); err != nil {
+		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: h}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
@@ -127,7 +128,7 @@ func TestRecordsThatDoNotDecodeAreErrors(t *testing.T) {
 		})
 	}
 	t.Run("a new pull replaces an undecodable record", func(t *testing.T) {
-		if err := s.RecordPull(refA, "r.test/app", Credential{Node: true}, "", t0); err != nil {
+		if err := s.RecordPull(refA, "r.test/app", Credential{Node: true}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Get(refA); err != nil {
@@ -221,6 +222,35 @@ var migrationTests = []struct {
 			}
 			if recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("d", 64))) == nil {
 				return fmt.Errorf("the record is gone")
+			}
+			return nil
+		},
+	},
+	{
+		name: "version 5 adds an empty bucket of preloaded names: an image recorded before has none, its record untouched",
+		init: func(tx *bolt.Tx) error {
+			if err := tx.Bucket(bucketSchema).DeleteBucket(bucketPreloaded); err != nil {
+				return err
+			}
+			r := &Record{ImageRef: "sha256:" + strings.Repeat("e", 64), LastUpdatedTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+				CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{"r.test/team/base": {KubernetesSecrets: []kubeletconfigv1beta1.ImagePullSecret{{CredentialHash: "h"}}}}}
+			data, err := encodeRecord(r)
+			if err != nil {
+				return err
+			}
+			return putRecord(tx, []byte(r.ImageRef), data, r.LastUpdatedTime.Time)
+		},
+		check: func(tx *bolt.Tx) error {
+			pb := preloadedBucket(tx)
+			if pb == nil {
+				return fmt.Errorf("no preloaded bucket")
+			}
+			if k, _ := pb.Cursor().First(); k != nil {
+				return fmt.Errorf("the preloaded bucket is not empty: %q", k)
+			}
+			r, err := decodeRecord([]byte("sha256:"+strings.Repeat("e", 64)), recordsBucket(tx).Get([]byte("sha256:"+strings.Repeat("e", 64))))
+			if err != nil || len(r.CredentialMapping["r.test/team/base"].KubernetesSecrets) != 1 {
+				return fmt.Errorf("the record changed: %+v, %v", r, err)
 			}
 			return nil
 		},
@@ -363,7 +393,7 @@ func TestCountsMatchTheBuckets(t *testing.T) {
 		id, _ := s.AddIntent("r.test/app")
 		intents = append(intents, id)
 		ref := fmt.Sprintf("sha256:%064x", i)
-		if err := s.RecordPull(ref, "r.test/app", Credential{Node: true}, intents[i], t0); err != nil {
+		if err := s.RecordPull(ref, "r.test/app", Credential{Node: true}, intents[i], t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if i%3 == 0 {
@@ -417,7 +447,7 @@ func TestTheUpdatedIndexFollowsTheRecords(t *testing.T) {
 	defer s.Close()
 	ref := func(i int) string { return fmt.Sprintf("sha256:%064x", i) }
 	for i := range 12 {
-		if err := s.RecordPull(ref(i), "r.test/app", Credential{Hash: "h"}, "", t0.Add(time.Duration(i)*time.Hour)); err != nil {
+		if err := s.RecordPull(ref(i), "r.test/app", Credential{Hash: "h"}, "", t0.Add(time.Duration(i)*time.Hour), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

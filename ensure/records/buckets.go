@@ -20,6 +20,8 @@ var (
 	bucketVerified = []byte("verified") // image ID, repository, credential -> when it was last verified (version 3)
 	bucketLayers   = []byte("layers")   // image ID -> when first seen, its layers' diff_ids (version 4)
 	bucketVouched  = []byte("vouched")  // repository, diff_id, image ID -> when the repository vouched for the layer (version 4)
+	// image ID -> its names before its first recorded pull (version 5)
+	bucketPreloaded = []byte("preloaded")
 
 	keyVersion      = []byte("version")
 	keySalt         = []byte("salt")
@@ -134,14 +136,17 @@ func putRecord(tx *bolt.Tx, imageRef, data []byte, updated time.Time) error {
 	return updatedBucket(tx).Put(indexKey(imageRef), encodeTime(updated))
 }
 
-// delRecord deletes a record and its index entry; it reports whether there
-// was a record.
+// delRecord deletes a record, its index entry, its verification times and
+// its preloaded names; it reports whether there was a record.
 func delRecord(tx *bolt.Tx, imageRef []byte) (bool, error) {
 	found, err := del(tx, recordsBucket(tx), keyRecordsCount, imageRef)
 	if err != nil {
 		return false, err
 	}
 	if err := delVerified(tx, imageRef); err != nil {
+		return false, err
+	}
+	if err := delPreloaded(tx, imageRef); err != nil {
 		return false, err
 	}
 	return found, updatedBucket(tx).Delete(indexKey(imageRef))

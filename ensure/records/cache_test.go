@@ -21,7 +21,7 @@ func TestAReadThatRacedAWriteIsNotCached(t *testing.T) {
 	}
 	defer s.Close()
 	hash := s.HashAuth(Auth{Username: "alice", Password: "a"})
-	if err := s.RecordPull(refA, repo, Credential{Hash: hash}, "", t0); err != nil {
+	if err := s.RecordPull(refA, repo, Credential{Hash: hash}, "", t0, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -93,7 +93,7 @@ func TestTheCacheAgreesWithTheFileUnderConcurrentReadsAndWrites(t *testing.T) {
 	for i := range writes {
 		var err error
 		if i%2 == 0 {
-			err = s.RecordPull(refA, repo, Credential{Hash: hash}, "", t0)
+			err = s.RecordPull(refA, repo, Credential{Hash: hash}, "", t0, nil)
 		} else {
 			_, err = s.RevokeImage(refA, t0)
 		}

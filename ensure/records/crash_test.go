@@ -32,7 +32,7 @@ func TestCrashHelper(t *testing.T) {
 			fmt.Println("intent:", err)
 			os.Exit(3)
 		}
-		if err := s.RecordPull(ref, "r.test/app", Credential{Hash: fmt.Sprintf("sha256:%d", i)}, intent, time.Now()); err != nil {
+		if err := s.RecordPull(ref, "r.test/app", Credential{Hash: fmt.Sprintf("sha256:%d", i)}, intent, time.Now(), nil); err != nil {
 			fmt.Println("record:", err)
 			os.Exit(3)
 		}

@@ -1,7 +1,8 @@
 // Package records is the ensure-secret-pulled-images database (KEP-2535):
 // a bbolt file of pulled records (the kubelet's ImagePulledRecord, keyed by
-// image ID) and pull intents, with a salted hash of each credential, never
-// the credential itself.
+// image ID), preloaded records (the kubelet's ImagePreloadedRecord: the
+// names an image had before its first recorded pull) and pull intents,
+// with a salted hash of each credential, never the credential itself.
 //
 // Contract:
 //   - Every write is one transaction, committed (fsync) before it returns:
@@ -13,6 +14,10 @@
 //   - Restricted(repo) is answered from memory (an index of repositories
 //     with a mapping not accessible to every pod), erring towards true; it
 //     runs on every ImageStatus.
+//   - A preloaded record is written only with an image's first record, in
+//     its transaction (RecordPull), and deleted with it (Forget, Prune) or
+//     by a revoke; Preloaded(imageRef) is answered from memory, loaded at
+//     open: a name it lacks needs verification.
 //   - The layout is versioned and migrated forward at open; a database
 //     written by a newer version is refused, never rewritten.
 //   - Open with ReadOnly never writes (the records tools); a missing file
@@ -68,13 +73,20 @@
 //	│                                    their diff_ids in order; kept while
 //	│                                    the image is on the node or has a
 //	│                                    record, loaded into memory at open
-//	└── vouched                          (version 4)
-//	    └── *repository*\0*diff_id*\0*image ID* : <8 bytes>
-//	                                     the repository vouched for the layer
-//	                                     (supplied it, or proved its bytes)
-//	                                     in the verified pull of the image;
-//	                                     written with that pull's record,
-//	                                     deleted with the record
+//	├── vouched                          (version 4)
+//	│   └── *repository*\0*diff_id*\0*image ID* : <8 bytes>
+//	│                                    the repository vouched for the layer
+//	│                                    (supplied it, or proved its bytes)
+//	│                                    in the verified pull of the image;
+//	│                                    written with that pull's record,
+//	│                                    deleted with the record
+//	└── preloaded                        (version 5)
+//	    └── *image ID* : <JSON ImagePreloadedRecord>
+//	                                     the names (repo:tag, repo@digest) the
+//	                                     runtime listed the image under before
+//	                                     its first record, written with that
+//	                                     record, deleted with it (and by a
+//	                                     revoke); loaded into memory at open
 //
 // The layers and vouched buckets are what per-layer decisions read: a
 // runtime shares a layer between images by its diff_id, so a layer one
@@ -87,7 +99,11 @@
 // and without reading the records. The updated index lets garbage
 // collection find the records of images gone from the node by reading
 // ~100 bytes per record instead of the records themselves, which would
-// bring the whole file into the daemon's memory every run.
+// bring the whole file into the daemon's memory every run. The preloaded
+// bucket is held in memory whole (it has an entry only for images that
+// were on the node before a pull through the proxy recorded them), so that
+// ImageStatus and CreateContainer of a preloaded name read and decode
+// nothing.
 //
 // Update this drawing with every schema change; each change bumps the
 // version and comes with a migration and its test.
@@ -95,7 +111,8 @@
 // The credential model and the kubelet's rules for it (MergeCredential,
 // SameSecret, CredentialKeys) are in credential.go and know nothing of
 // bbolt; the store is store.go over the layout of buckets.go and the
-// migrations; the repos index is restricted.go, the record cache cache.go.
+// migrations; the repos index is restricted.go, the record cache cache.go,
+// the preloaded records and their index preloaded.go.
 //
 // Every write is committed (fsync) before the CRI answer that depends on it.
 // A second process opening the file fails after Options.OpenTimeout instead

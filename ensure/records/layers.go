@@ -176,15 +176,15 @@ func putLayers(tx *bolt.Tx, imageRef string, diffIDs []digest.Digest, seen time.
 // there), or already vouched for there. It writes, in the record's
 // transaction, the image's layers (if new) and repo's word for each, so
 // that a later pull of another image of repo sharing a layer needs no
-// proof of it.
-func (s *Store) RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time) error {
+// proof of it. preloaded are as RecordPull's.
+func (s *Store) RecordVerifiedPull(imageRef, repo string, cred Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error {
 	for _, d := range diffIDs {
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("layer of %s: %w", imageRef, err)
 		}
 	}
 	added := map[string]ImageLayers{}
-	err := s.recordPull(imageRef, repo, cred, intentID, now, func(tx *bolt.Tx) error {
+	err := s.recordPull(imageRef, repo, cred, intentID, now, preloaded, func(tx *bolt.Tx) error {
 		l, err := putLayers(tx, imageRef, diffIDs, now)
 		if err != nil {
 			return err

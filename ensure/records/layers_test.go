@@ -26,7 +26,7 @@ func TestLayers(t *testing.T) {
 	t.Run("a verified pull keeps the image's layers and its repository's word for each, and a reopen reads them", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ensure.db")
 		s := open(t, path)
-		if err := s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1, l2}, "", t0); err != nil {
+		if err := s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1, l2}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
@@ -57,7 +57,7 @@ func TestLayers(t *testing.T) {
 		if err := s.NoteLayers(refB, []digest.Digest{l1}, t0.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordVerifiedPull(refB, "r.test/b", Credential{Node: true}, []digest.Digest{l2, l3}, "", t0.Add(2*time.Hour)); err != nil {
+		if err := s.RecordVerifiedPull(refB, "r.test/b", Credential{Node: true}, []digest.Digest{l2, l3}, "", t0.Add(2*time.Hour), nil); err != nil {
 			t.Fatal(err)
 		}
 		l, _ := s.Layers(refB)
@@ -71,8 +71,8 @@ func TestLayers(t *testing.T) {
 
 	t.Run("a repository's word goes with the record that gave it; the layers with the image", func(t *testing.T) {
 		s := open(t, filepath.Join(t.TempDir(), "ensure.db"))
-		s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1}, "", t0)
-		s.RecordVerifiedPull(refB, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1, l2}, "", t0)
+		s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1}, "", t0, nil)
+		s.RecordVerifiedPull(refB, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1, l2}, "", t0, nil)
 		if _, err := s.Forget(refA); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestLayers(t *testing.T) {
 
 	t.Run("the layers of an image with a record are kept while the record is", func(t *testing.T) {
 		s := open(t, filepath.Join(t.TempDir(), "ensure.db"))
-		s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1}, "", t0)
+		s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{l1}, "", t0, nil)
 		if n, err := s.ForgetLayers(func(string) bool { return false }); err != nil || n != 0 {
 			t.Fatalf("ForgetLayers: %d, %v", n, err)
 		}
@@ -107,7 +107,7 @@ func TestLayers(t *testing.T) {
 
 	t.Run("an invalid diff_id is refused and nothing is written", func(t *testing.T) {
 		s := open(t, filepath.Join(t.TempDir(), "ensure.db"))
-		if err := s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{"nope"}, "", t0); err == nil {
+		if err := s.RecordVerifiedPull(refA, "r.test/a", Credential{Hash: "h"}, []digest.Digest{"nope"}, "", t0, nil); err == nil {
 			t.Fatal("an invalid diff_id was taken")
 		}
 		if _, err := s.Get(refA); err == nil {

@@ -25,6 +25,18 @@ var migrations = []migration{
 	{version: 2, migrate: indexUpdateTimes},
 	{version: 3, migrate: addVerified},
 	{version: 4, migrate: addLayers},
+	{version: 5, migrate: addPreloadedBucket},
+}
+
+// addPreloadedBucket (version 5) adds the bucket of the names each image
+// was listed under before its first recorded pull (PreloadedRecord). It
+// starts empty: what an image recorded before was listed under then is
+// not known, so those names stay as they were (a name of a repository the
+// image was pulled as with credentials needs verification); no name is
+// made free that was not.
+func addPreloadedBucket(tx *bolt.Tx) error {
+	_, err := createBucket(tx, bucketSchema, bucketPreloaded)
+	return err
 }
 
 // addVerified (version 3) adds the bucket of each credential's last
@@ -62,7 +74,7 @@ func initialize(tx *bolt.Tx, migs []migration, newSalt func() ([]byte, error)) e
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified, bucketLayers, bucketVouched} {
+	for _, b := range [][]byte{bucketRecords, bucketIntents, bucketRepos, bucketUpdated, bucketVerified, bucketLayers, bucketVouched, bucketPreloaded} {
 		if _, err := createBucket(tx, bucketSchema, b); err != nil {
 			return err
 		}

@@ -96,6 +96,9 @@ func open(path string, opts Options) (*Store, error) {
 			if err := s.layers.load(tx); err != nil {
 				return err
 			}
+			if err := s.preloaded.load(tx); err != nil {
+				return err
+			}
 			return s.repos.load(tx)
 		})
 	}

@@ -26,7 +26,7 @@ func TestOnlyAnAbsentFileBecomesANewDatabase(t *testing.T) {
 	}
 	hash := s.HashAuth(Auth{Username: "alice", Password: "a"})
 	for i := range 300 {
-		if err := s.RecordPull(fmt.Sprintf("sha256:%064x", i), "r.test/app", Credential{Hash: hash}, "", t0); err != nil {
+		if err := s.RecordPull(fmt.Sprintf("sha256:%064x", i), "r.test/app", Credential{Hash: hash}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -71,7 +71,7 @@ func TestProbeWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: s.HashAuth(Auth{Username: "a", Password: "b"})}, "", t0); err != nil {
+		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: s.HashAuth(Auth{Username: "a", Password: "b"})}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.AddIntent("r.test/app:v2"); err != nil {
@@ -122,7 +122,7 @@ func TestProbeWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: "sha256:0"}, "", t0); err != nil {
+		if err := s.RecordPull(refA, "r.test/app", Credential{Hash: "sha256:0"}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
@@ -212,7 +212,7 @@ func TestProbeWriteHelper(t *testing.T) {
 	}
 	for i := 1; ; i++ {
 		ref := fmt.Sprintf("sha256:%064x", i)
-		if err := s.RecordPull(ref, "r.test/app", Credential{Hash: fmt.Sprintf("sha256:%d", i)}, "", t0); err != nil {
+		if err := s.RecordPull(ref, "r.test/app", Credential{Hash: fmt.Sprintf("sha256:%d", i)}, "", t0, nil); err != nil {
 			fmt.Println("record-failed", err)
 			break
 		}
@@ -239,7 +239,7 @@ func TestProbeWriteHelper(t *testing.T) {
 	}
 	fmt.Println("probe-after", outcome(s.ProbeWrite()))
 	ref := fmt.Sprintf("sha256:%064x", 0)
-	err = s.RecordPull(ref, "r.test/app", Credential{Hash: "sha256:after"}, "", t0)
+	err = s.RecordPull(ref, "r.test/app", Credential{Hash: "sha256:after"}, "", t0, nil)
 	fmt.Println("record-after", outcome(err))
 	if err == nil {
 		fmt.Println("ack", ref)

@@ -33,6 +33,11 @@ type RestoreReport struct {
 	// (pulls in flight when it was last used) were carried into the
 	// restored one, so that the next start settles them.
 	Intents int
+	// PreloadedCarried is how many preloaded records of the database
+	// Restore replaced (the names images on the node had before their
+	// first recorded pull) were carried into the restored one, merged with
+	// its own.
+	PreloadedCarried int
 	// IntentsLost says why the replaced database's intents could not be
 	// read ("" when they were, or there was no database), when the restore
 	// went on by RestoreOptions.ForgetUnreadableIntents: an image such a
@@ -68,7 +73,10 @@ var ErrIntentsUnreadable = errors.New("the pull intents of the database it would
 // backup has no record of and that is listed under no name, a record that
 // names none. The pull intents of the file at path (pulls in flight when
 // it was last used, whose images may still arrive) are carried into the
-// copy. Only then is the copy renamed over path, the file it replaces
+// copy, and so are its preloaded records of the images of present (what
+// those images were listed under before their first recorded pull is a
+// fact of the node, whichever backup is restored; an older backup would
+// otherwise make a preloaded name need verification again). Only then is the copy renamed over path, the file it replaces
 // kept beside it (Kept). A restore of an older backup thus never
 // makes an image pulled since the backup pass for a preloaded one: every
 // pod verifies it once. present is every image on the node except those
@@ -102,7 +110,7 @@ func Restore(path, backup string, present []Image, now time.Time, ropts RestoreO
 	}
 	defer unlock()
 
-	intents, lost := currentIntents(path, dir, opts)
+	intents, carry, lost := currentIntents(path, dir, opts)
 	if lost != "" && !ropts.ForgetUnreadableIntents {
 		return rep, fmt.Errorf("%w (%s): an image a pull in flight at its last use brings later would not be tracked", ErrIntentsUnreadable, lost)
 	}
@@ -111,7 +119,7 @@ func Restore(path, backup string, present []Image, now time.Time, ropts RestoreO
 		return rep, fmt.Errorf("copying the backup %s beside %s: %w", backup, path, err)
 	}
 	defer os.Remove(tmp) // after the rename there is nothing there
-	if rep, err = markUnknown(tmp, present, ropts.Preloaded, intents, now, opts); err != nil {
+	if rep, err = markUnknown(tmp, present, ropts.Preloaded, intents, carry, now, opts); err != nil {
 		return rep, err
 	}
 	rep.IntentsLost = lost
@@ -132,21 +140,23 @@ func Restore(path, backup string, present []Image, now time.Time, ropts RestoreO
 // whole (an undecodable one still stands for a pull).
 type rawIntent struct{ key, value []byte }
 
-// currentIntents reads the pull intents of the database at path, through a
-// copy (the caller holds path's lock, which a second open would wait on).
-// lost says why they could not be read; "" also when there is no file.
-func currentIntents(path, dir string, opts Options) (intents []rawIntent, lost string) {
+// currentIntents reads the pull intents and the preloaded records of the
+// database at path, through a copy (the caller holds path's lock, which a
+// second open would wait on). lost says why they could not be read; ""
+// also when there is no file. A preloaded record that does not decode is
+// left behind: its names need verification.
+func currentIntents(path, dir string, opts Options) (intents []rawIntent, preloaded []*PreloadedRecord, lost string) {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil, ""
+		return nil, nil, ""
 	}
 	cp, err := copyAside(path, dir, filepath.Base(path)+".intents-*")
 	if err != nil {
-		return nil, err.Error()
+		return nil, nil, err.Error()
 	}
 	defer os.Remove(cp)
 	s, err := Open(cp, Options{ReadOnly: true, OpenTimeout: opts.OpenTimeout})
 	if err != nil {
-		return nil, err.Error()
+		return nil, nil, err.Error()
 	}
 	defer s.Close()
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -156,14 +166,16 @@ func currentIntents(path, dir string, opts Options) (intents []rawIntent, lost s
 		})
 	})
 	if err != nil {
-		return nil, err.Error()
+		return nil, nil, err.Error()
 	}
-	return intents, ""
+	preloaded, _, _ = s.PreloadedRecords()
+	return intents, preloaded, ""
 }
 
 // markUnknown marks, in the database at path, every image of present the
-// database does not know, in one transaction, and adds intents.
-func markUnknown(path string, present []Image, preloaded map[string][]digest.Digest, intents []rawIntent, now time.Time, opts Options) (rep RestoreReport, err error) {
+// database does not know, and merges carry, the preloaded records (names)
+// of present's images, in one transaction, and adds intents.
+func markUnknown(path string, present []Image, preloaded map[string][]digest.Digest, intents []rawIntent, carry []*PreloadedRecord, now time.Time, opts Options) (rep RestoreReport, err error) {
 	s, err := Open(path, Options{OpenTimeout: opts.OpenTimeout})
 	if err != nil {
 		return rep, fmt.Errorf("the backup, copied to %s: %w", path, err)
@@ -195,9 +207,20 @@ func markUnknown(path string, present []Image, preloaded map[string][]digest.Dig
 		rep.Images++
 		rep.Repositories += n
 	}
-	if err := s.PutRecords(changed); err != nil {
+	onNode := make(map[string]bool, len(present))
+	for _, img := range present {
+		onNode[img.ID] = true
+	}
+	var carried []*PreloadedRecord
+	for _, p := range carry {
+		if onNode[p.ImageRef] {
+			carried = append(carried, p)
+		}
+	}
+	if err := s.PutRecordsPreloaded(changed, carried); err != nil {
 		return rep, fmt.Errorf("marking the images the backup does not know: %w", err)
 	}
+	rep.PreloadedCarried = len(carried)
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		for ref, diffIDs := range preloaded {
 			if err := validImageRef(ref); err != nil {

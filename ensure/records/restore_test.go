@@ -33,7 +33,7 @@ func TestRestore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordPull(refA, repoA, Credential{Hash: s.HashAuth(alice)}, "", t0); err != nil {
+		if err := s.RecordPull(refA, repoA, Credential{Hash: s.HashAuth(alice)}, "", t0, nil); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
@@ -43,7 +43,7 @@ func TestRestore(t *testing.T) {
 		}
 		s, _ = Open(path, Options{})
 		for _, p := range []struct{ ref, repo string }{{refB, repoB}, {refA, repoMirror}} {
-			if err := s.RecordPull(p.ref, p.repo, Credential{Hash: s.HashAuth(alice)}, "", later); err != nil {
+			if err := s.RecordPull(p.ref, p.repo, Credential{Hash: s.HashAuth(alice)}, "", later, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -223,5 +223,51 @@ func TestRestore(t *testing.T) {
 				t.Errorf("files beside the database: %v", left)
 			}
 		})
+	}
+}
+
+// TestRestoreCarriesThePreloadedNames: a backup taken before an image's
+// first recorded pull does not know what it was listed under before it;
+// the database it replaces does, and that is a fact of the node: its
+// preloaded names outlive the restore, for images still on the node.
+func TestRestoreCarriesThePreloadedNames(t *testing.T) {
+	t.Parallel()
+	const refGone = "sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
+	dir := t.TempDir()
+	path, backup := filepath.Join(dir, "ensure.db"), filepath.Join(t.TempDir(), "backup.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	data, _ := os.ReadFile(path)
+	os.WriteFile(backup, data, 0o600)
+	s, _ = Open(path, Options{})
+	alice := Credential{Hash: s.HashAuth(Auth{Username: "alice", Password: "a"})}
+	s.RecordPull(refA, "r.test/team/base", alice, "", t0, []string{"r.test/team/base:node", "r.test/other/base:1"})
+	s.RecordPull(refGone, "r.test/team/gone", alice, "", t0, []string{"r.test/team/gone:node"})
+	s.Close()
+
+	present := []Image{{ID: refA, Repositories: []string{"r.test/team/base", "r.test/other/base"}}}
+	rep, err := Restore(path, backup, present, t0.Add(time.Hour), RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.PreloadedCarried != 1 || rep.Images != 1 {
+		t.Errorf("report %+v", rep)
+	}
+	s, err = Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Preloaded(refA); !slices.Equal(got, []string{"r.test/other/base:1", "r.test/team/base:node"}) {
+		t.Errorf("preloaded names after the restore: %q", got)
+	}
+	if r, err := s.Get(refA); err != nil || r.CredentialMapping["r.test/team/base"].KubernetesSecrets != nil {
+		t.Errorf("the image the backup does not know: %+v, %v; want pulled with no verified credential", r, err)
+	}
+	if got := s.Preloaded(refGone); got != nil {
+		t.Errorf("an image gone from the node kept %q", got)
 	}
 }

@@ -45,6 +45,8 @@ type Store struct {
 	repos    repoIndex
 	cache    recordCache
 	layers   layerIndex
+	// preloaded is the preloaded bucket in memory (preloaded.go).
+	preloaded preloadedIndex
 
 	// afterRead, when set (by tests only), runs between a cache miss's
 	// read and its store into the cache: the window a write can race.
@@ -194,17 +196,25 @@ func (s *Store) Intents() ([]Intent, error) {
 }
 
 // RecordPull adds cred to the record of imageRef for repo and drops the
-// intent intentID (if any), in one committed transaction.
-func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time) error {
-	return s.recordPull(imageRef, repo, cred, intentID, now, nil)
+// intent intentID (if any), in one committed transaction. When imageRef
+// has no record yet (none at all: one that does not decode counts as
+// one), preloaded are the names the runtime listed the image under before
+// this pull, and are kept as its PreloadedRecord in the same transaction:
+// the image was on the node, free to every pod by those names, before the
+// proxy pulled it. With a record they are ignored: names that appeared
+// since may be an earlier puller's.
+func (s *Store) RecordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string) error {
+	return s.recordPull(imageRef, repo, cred, intentID, now, preloaded, nil)
 }
 
 // recordPull is RecordPull with also, in its transaction, what with adds.
-func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, with func(*bolt.Tx) error) error {
+func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID string, now time.Time, preloaded []string, with func(*bolt.Tx) error) error {
 	if err := validImageRef(imageRef); err != nil {
 		return err
 	}
-	return s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
+	var names []string
+	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
+		first := recordsBucket(tx).Get([]byte(imageRef)) == nil
 		// An undecodable record is replaced: the new one is safe, and it
 		// forgets only credentials that could not be read anyway.
 		r := d.takeOut(tx, []byte(imageRef))
@@ -220,6 +230,11 @@ func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID stri
 		}
 		if err := putRecord(tx, []byte(imageRef), data, now); err != nil {
 			return nil, err
+		}
+		if first {
+			if names, err = addPreloaded(tx, imageRef, preloaded, r.LastUpdatedTime); err != nil {
+				return nil, err
+			}
 		}
 		if vb := verifiedBucket(tx); vb != nil {
 			for _, k := range CredentialKeys(cred) {
@@ -240,6 +255,10 @@ func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID stri
 		}
 		return []string{imageRef}, nil
 	})
+	if err == nil && names != nil {
+		s.preloaded.set(imageRef, names)
+	}
+	return err
 }
 
 // VerifiedAt returns when the credential named key (CredentialKeys) was
@@ -259,7 +278,8 @@ func (s *Store) VerifiedAt(imageRef, repo, key string) (time.Time, bool, error) 
 	return t, ok, err
 }
 
-// Forget deletes the record of imageRef; it reports whether there was one.
+// Forget deletes the record of imageRef, and its preloaded names; it
+// reports whether there was a record.
 func (s *Store) Forget(imageRef string) (bool, error) {
 	found := false
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
@@ -271,6 +291,9 @@ func (s *Store) Forget(imageRef string) (bool, error) {
 		found, err = delRecord(tx, []byte(imageRef))
 		return []string{imageRef}, err
 	})
+	if err == nil {
+		s.preloaded.set(imageRef, nil)
+	}
 	return found, err
 }
 
@@ -319,18 +342,35 @@ func (s *Store) update(now time.Time, f func(*Record) bool) ([]string, error) {
 }
 
 // RevokeImage removes every credential of imageRef's record but keeps the
-// record: every pod must verify again. It reports whether there was one.
+// record, and forgets its preloaded names: every pod must verify again. It
+// reports whether there was a record (one that does not decode is left: it
+// already means "verify").
 func (s *Store) RevokeImage(imageRef string, now time.Time) (bool, error) {
-	refs, err := s.update(now, func(r *Record) bool {
-		if r.ImageRef != imageRef {
-			return false
+	found := false
+	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
+		r := d.takeOut(tx, []byte(imageRef))
+		if r == nil {
+			return []string{imageRef}, nil
 		}
+		found = true
 		for repo := range r.CredentialMapping {
 			r.CredentialMapping[repo] = kubeletconfigv1beta1.ImagePullCredentials{}
 		}
-		return true
+		d.replace(nil, r)
+		r.LastUpdatedTime = metav1.NewTime(now)
+		data, err := encodeRecord(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := putRecord(tx, []byte(imageRef), data, now); err != nil {
+			return nil, err
+		}
+		return []string{imageRef}, delPreloaded(tx, []byte(imageRef))
 	})
-	return len(refs) > 0, err
+	if err == nil {
+		s.preloaded.set(imageRef, nil)
+	}
+	return found, err
 }
 
 // RevokeServiceAccount removes the service account namespace/name from
@@ -382,13 +422,20 @@ func (s *Store) Counts() (records, intents int, err error) {
 
 // PutRecords stores whole records, replacing those with the same image
 // ID, in one transaction (imports, tests, benchmarks).
-func (s *Store) PutRecords(recs []*Record) error {
+func (s *Store) PutRecords(recs []*Record) error { return s.PutRecordsPreloaded(recs, nil) }
+
+// PutRecordsPreloaded is PutRecords, and merges pre into the preloaded
+// records in the same transaction: the names of each are added to its
+// image's, only beside a record of the image (the database's or one of
+// recs).
+func (s *Store) PutRecordsPreloaded(recs []*Record, pre []*PreloadedRecord) error {
 	for _, r := range recs {
 		if err := validImageRef(r.ImageRef); err != nil {
 			return err
 		}
 	}
-	return s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
+	var changed map[string][]string
+	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		for _, r := range recs {
 			d.takeOut(tx, []byte(r.ImageRef))
 			d.replace(nil, r)
@@ -400,8 +447,17 @@ func (s *Store) PutRecords(recs []*Record) error {
 				return nil, err
 			}
 		}
-		return nil, nil
+		var err error
+		changed, err = putPreloaded(tx, pre)
+		return nil, err
 	})
+	if err != nil {
+		return err
+	}
+	for ref, names := range changed {
+		s.preloaded.set(ref, names)
+	}
+	return nil
 }
 
 // Prune deletes the records of images for which present returns false and
@@ -410,6 +466,7 @@ func (s *Store) PutRecords(recs []*Record) error {
 // record, not the whole file in memory.
 func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int, error) {
 	n := 0
+	var pruned [][]byte
 	err := s.write(func(tx *bolt.Tx, d repoDelta) ([]string, error) {
 		var doomed [][]byte
 		err := updatedBucket(tx).ForEach(func(k, v []byte) error {
@@ -430,7 +487,13 @@ func (s *Store) Prune(present func(imageRef string) bool, until time.Time) (int,
 			}
 		}
 		n = len(doomed)
+		pruned = doomed
 		return nil, nil
 	})
+	if err == nil {
+		for _, k := range pruned {
+			s.preloaded.set(string(k), nil)
+		}
+	}
 	return n, err
 }

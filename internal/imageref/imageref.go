@@ -2,6 +2,7 @@ package imageref
 
 import (
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -35,6 +36,17 @@ type Name struct {
 	Repository string // normalized, no tag or digest: "docker.io/library/nginx"
 	Ref        string // fully normalized, the default tag added when there is no tag or digest
 	OK         bool   // false for an image ID or what does not parse
+}
+
+// Lookup is the name as the runtime lists and resolves it: Ref, except
+// that a name with both a tag and a digest is its repository and digest
+// (containerd's ParseDockerRef drops the tag: the digest decides). "" for
+// no name.
+func (n Name) Lookup() string {
+	if i := strings.IndexByte(n.Ref, '@'); i >= 0 {
+		return n.Repository + n.Ref[i:]
+	}
+	return n.Ref
 }
 
 // maxReferenceLength is more than any reference can be: a repository of

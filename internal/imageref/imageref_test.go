@@ -39,6 +39,22 @@ func TestParse(t *testing.T) {
 	}
 }
 
+func TestLookupIsTheNameTheRuntimeResolves(t *testing.T) {
+	t.Parallel()
+	d := "sha256:" + strings.Repeat("ab", 32)
+	for in, want := range map[string]string{
+		"nginx":                             "docker.io/library/nginx:latest",
+		"registry.test/team/app:v1":         "registry.test/team/app:v1",
+		"registry.test/team/app@" + d:       "registry.test/team/app@" + d,
+		"registry.test/team/app:v1@" + d:    "registry.test/team/app@" + d,
+		"sha256:" + strings.Repeat("1", 64): "",
+	} {
+		if got := Parse(in).Lookup(); got != want {
+			t.Errorf("Parse(%q).Lookup() = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"nginx", "registry.test/a/b:v1@sha256:" + "11111111111111111111111111111111111111111111111111111111111111ab", "sha256:", "a:b:c", ""} {
 		f.Add(s)
