@@ -12,11 +12,10 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 // ImageService is the part of the CRI image service bake uses; the
@@ -26,10 +25,11 @@ type ImageService interface {
 	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
 }
 
-// Credentials completes a pull, as the proxy's credential injection does:
+// Credentials completes a pull with the credentials of the proxy's
+// credential injection, a try each, and says which one succeeded;
 // *credplugins.Injector is the real one.
 type Credentials interface {
-	PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error)
+	Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error)
 }
 
 // Options configure Pull.
@@ -97,15 +97,15 @@ func pullOne(ctx context.Context, svc ImageService, image string, opts Options) 
 	defer cancel()
 	start := time.Now()
 	res := Result{Image: image, Done: true}
-	ctx, reported := pullreport.With(ctx)
 	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}
 	direct := func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 		return svc.PullImage(ctx, r)
 	}
 	var resp *runtimeapi.PullImageResponse
+	var used pullcred.Used
 	var err error
 	if opts.Credentials != nil {
-		resp, err = opts.Credentials.PullImage(ctx, req, direct)
+		resp, used, err = opts.Credentials.Pull(ctx, req, direct)
 	} else {
 		resp, err = direct(ctx, req)
 	}
@@ -114,9 +114,7 @@ func pullOne(ctx context.Context, svc ImageService, image string, opts Options) 
 		res.Err = err
 		return res
 	}
-	if c, ok := reported(); ok {
-		res.Provider = c.Provider
-	}
+	res.Provider = used.Provider
 	res.ImageID = resp.GetImageRef()
 	st, err := svc.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 	if err != nil || st.GetImage() == nil {

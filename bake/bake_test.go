@@ -17,9 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 // fakeRuntime pulls every image but those named "missing", and those
@@ -68,17 +67,17 @@ func (f *fakeRuntime) ImageStatus(_ context.Context, in *runtimeapi.ImageStatusR
 }
 
 // aliceHook gives every pull alice's credential, as a plugin would, and
-// reports its provider.
+// says its provider.
 type aliceHook struct{}
 
-func (aliceHook) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+func (aliceHook) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
 	r := proto.CloneOf(req)
 	r.Auth = &runtimeapi.AuthConfig{Username: "alice", Password: "alice-secret"}
-	resp, err := next(ctx, r)
-	if err == nil {
-		pullreport.Report(ctx, pullreport.Credential{Provider: "alice-plugin"})
+	resp, err := try(ctx, r)
+	if err != nil {
+		return nil, pullcred.Used{}, err
 	}
-	return resp, err
+	return resp, pullcred.Used{Provider: "alice-plugin"}, nil
 }
 
 func TestPull(t *testing.T) {

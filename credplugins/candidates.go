@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -17,7 +17,7 @@ type Candidate struct {
 	Credential Credential
 	// ServiceAccount is the account whose token got the credential; nil for
 	// node-wide credentials.
-	ServiceAccount *pullreport.ServiceAccountRef
+	ServiceAccount *pullcred.ServiceAccount
 }
 
 // ProviderError is a provider that matched an image but gave no answer.

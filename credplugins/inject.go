@@ -12,45 +12,58 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 // Interceptors returns the injector's one interceptor, on PullImage, for
-// criproxy.New.
+// criproxy.New: credential injection on a proxy without ensure, the
+// runtime (and what is inside it) each try.
 func (in *Injector) Interceptors() []criproxy.Interceptor {
 	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, in.PullImage)}
 }
 
-// PullImage completes a pull with the configured plugins' credentials. A
-// request with its own auth (the kubelet's pull secrets, crictl --creds) is
-// forwarded as it is first; when the registry refuses it, the plugins'
-// candidates for the image follow, as in the kubelet, whose keyring tries
-// the pod's secrets and then the node's credentials (the plugins, which the
-// proxy runs in its place). A request without auth goes to the candidates
-// of Lookup directly. Candidates are tried in order, username and password
-// only, server_address left empty (containerd drops or rejects an auth
-// whose address is not the host it contacts, mirrors included), until one
-// succeeds, which is reported (pullreport.Report) so that the
-// record holds the credential that succeeded. With no candidate, a request
-// with auth gets the runtime's own error, one without is pulled
-// anonymously. When every try fails, the error lists what was tried, never
-// a secret, and carries the runtime's last status code.
+// PullImage is Pull as an interceptor: each try goes on to next.
 func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+	resp, _, err := in.Pull(ctx, req, next)
+	return resp, err
+}
+
+// Try is one try of a pull: its request carries the try's credential in
+// Auth (none for an anonymous try).
+type Try = func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)
+
+// Pull completes a pull with the configured plugins' credentials, a try
+// each, and says which credential succeeded. A request with its own auth
+// (the kubelet's pull secrets, crictl --creds) is tried as it is first;
+// when the registry refuses it, the plugins' candidates for the image
+// follow, as in the kubelet, whose keyring tries the pod's secrets and
+// then the node's credentials (the plugins, which the proxy runs in its
+// place). A request without auth goes to the candidates of Lookup
+// directly. Candidates are tried in order, username and password only,
+// server_address left empty (containerd drops or rejects an auth whose
+// address is not the host it contacts, mirrors included), until one
+// succeeds: its provider (and service account) is returned, so that a
+// record holds the credential that succeeded. With no candidate, a request
+// with auth gets its own try's error, one without is tried anonymously.
+// When every try fails, the error lists what was tried, never a secret,
+// and carries the last try's status code.
+func (in *Injector) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try Try) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
 	var own error // the request's own credential failed with it
 	if hasAuth(req.GetAuth()) {
-		resp, err := next(ctx, req)
+		resp, err := try(ctx, req)
 		if err == nil || ctx.Err() != nil {
 			in.pulls.WithLabelValues("request_auth").Inc()
-			return resp, err
+			return resp, pullcred.Used{}, err
 		}
 		own = err
 	}
 	image, ok := imageref.Repository(req.GetImage().GetImage())
 	if !ok {
 		if own != nil {
-			return nil, own
+			return nil, pullcred.Used{}, own
 		}
-		return next(ctx, req) // not a name we can match; the runtime will say why
+		resp, err := try(ctx, req) // not a name we can match; the runtime will say why
+		return resp, pullcred.Used{}, err
 	}
 	var pod *PodRef
 	if m := req.GetSandboxConfig().GetMetadata(); m != nil {
@@ -60,15 +73,15 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 	if len(cands) == 0 {
 		if own != nil {
 			in.pulls.WithLabelValues("failed").Inc()
-			return nil, own
+			return nil, pullcred.Used{}, own
 		}
-		resp, err := next(ctx, req)
+		resp, err := try(ctx, req)
 		if err != nil && len(failed) > 0 {
 			in.pulls.WithLabelValues("failed").Inc()
-			return nil, pullError(err, req.GetImage().GetImage(), nil, nil, failed)
+			return nil, pullcred.Used{}, pullError(err, req.GetImage().GetImage(), nil, nil, failed)
 		}
 		in.pulls.WithLabelValues("anonymous").Inc()
-		return resp, err
+		return resp, pullcred.Used{}, err
 	}
 
 	var tried []attempt
@@ -78,9 +91,8 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		if c.Credential != (Credential{}) { // an empty credential is an anonymous try (ACR's "*.azurecr.*")
 			r.Auth = &runtimeapi.AuthConfig{Username: c.Credential.Username, Password: c.Credential.Password}
 		}
-		resp, err := next(ctx, r)
+		resp, err := try(ctx, r)
 		if err == nil {
-			pullreport.Report(ctx, pullreport.Credential{Provider: c.Provider, ServiceAccount: c.ServiceAccount})
 			result := "injected"
 			if own != nil {
 				result = "request_auth_fallback"
@@ -88,7 +100,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 			in.pulls.WithLabelValues(result).Inc()
 			in.log.Debug("pulled with a credential provider's credential", "image", req.GetImage().GetImage(),
 				"plugin", c.Provider, "key", c.Key, "tries", len(tried)+1, "afterTheRequestsOwn", own != nil)
-			return resp, nil
+			return resp, pullcred.Used{Provider: c.Provider, ServiceAccount: c.ServiceAccount}, nil
 		}
 		tried = append(tried, attempt{Candidate: c, err: err})
 		if ctx.Err() != nil {
@@ -96,7 +108,7 @@ func (in *Injector) PullImage(ctx context.Context, req *runtimeapi.PullImageRequ
 		}
 	}
 	in.pulls.WithLabelValues("failed").Inc()
-	return nil, pullError(tried[len(tried)-1].err, req.GetImage().GetImage(), own, tried, failed)
+	return nil, pullcred.Used{}, pullError(tried[len(tried)-1].err, req.GetImage().GetImage(), own, tried, failed)
 }
 
 // attempt is one failed try.

@@ -32,7 +32,7 @@ func (r *registry) next(_ context.Context, req *runtimeapi.PullImageRequest) (*r
 	return nil, status.Error(codes.Unknown, `failed to pull and unpack image "x": pulling from host registry.test failed with status code [manifests v1]: 401 Unauthorized`)
 }
 
-func TestPullImageHook(t *testing.T) {
+func TestPullTriesEachCredentialAndSaysWhichSucceeded(t *testing.T) {
 	t.Parallel()
 	answer := func(auth map[string]credentialproviderapi.AuthConfig) *fakeRunner {
 		return &fakeRunner{keyType: "Registry", auth: auth}
@@ -43,6 +43,7 @@ func TestPullImageHook(t *testing.T) {
 		req         *runtimeapi.PullImageRequest
 		valid       map[string]bool
 		wantTries   []string // user:password the runtime saw, in order
+		wantUsed    string   // the provider Pull says succeeded ("" the request's own, or anonymous)
 		wantCode    codes.Code
 		wantInError []string
 	}{
@@ -52,6 +53,7 @@ func TestPullImageHook(t *testing.T) {
 			req:       pull("registry.test/team/app:v1", nil),
 			valid:     map[string]bool{"u:good": true},
 			wantTries: []string{"u:good"},
+			wantUsed:  "p",
 		},
 		{
 			name:      "a request with its own auth is forwarded untouched, the plugin not run",
@@ -66,6 +68,7 @@ func TestPullImageHook(t *testing.T) {
 			req:       pull("registry.test/team/app:v1", &runtimeapi.AuthConfig{Username: "kubelet", Password: "wrong-s3cret"}),
 			valid:     map[string]bool{"u:good": true},
 			wantTries: []string{"kubelet:wrong-s3cret", "u:good"},
+			wantUsed:  "p",
 		},
 		{
 			name:        "a refused request auth with no provider for the image gets the runtime's own error, no anonymous try",
@@ -98,6 +101,7 @@ func TestPullImageHook(t *testing.T) {
 			req:       pull("registry.test/team/app:v1", nil),
 			valid:     map[string]bool{"u:good": true},
 			wantTries: []string{"team:stale", "u:good"},
+			wantUsed:  "p",
 		},
 		{
 			name:        "when every candidate fails, the error lists the tries and keeps the runtime's code",
@@ -123,6 +127,7 @@ func TestPullImageHook(t *testing.T) {
 			req:       pull("registry.test/app", nil),
 			valid:     map[string]bool{":": true},
 			wantTries: []string{":"},
+			wantUsed:  "p",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,9 +135,12 @@ func TestPullImageHook(t *testing.T) {
 			in := newTestInjector(t, testclock.NewFakeClock(t0), prov("p", time.Hour, tc.runner, "registry.test", "*.test"))
 			reg := &registry{valid: tc.valid}
 			orig := proto.CloneOf(tc.req)
-			resp, err := in.PullImage(context.Background(), tc.req, reg.next)
+			resp, used, err := in.Pull(context.Background(), tc.req, reg.next)
 			if status.Code(err) != tc.wantCode {
 				t.Fatalf("got %v, want code %v", err, tc.wantCode)
+			}
+			if used.Provider != tc.wantUsed {
+				t.Errorf("Pull says provider %q succeeded, want %q", used.Provider, tc.wantUsed)
 			}
 			if err == nil && resp.ImageRef != "sha256:abc" {
 				t.Errorf("ref %q", resp.ImageRef)

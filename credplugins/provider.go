@@ -8,7 +8,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -30,7 +30,7 @@ type Answer struct {
 	FromCache     bool
 	// ServiceAccount is the account whose token the plugin was given
 	// (KEP-4412); nil for a plain plugin, whose credentials are node-wide.
-	ServiceAccount *pullreport.ServiceAccountRef
+	ServiceAccount *pullcred.ServiceAccount
 }
 
 // plugin is one configured provider with its cache, as the kubelet's

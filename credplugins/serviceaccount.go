@@ -12,7 +12,7 @@ import (
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 // Identity is what service-account-token providers (KEP-4412) need of the
@@ -40,7 +40,7 @@ var ErrNoServiceAccountCredential = errors.New("not run for this pod")
 type saRequest struct {
 	token       string
 	annotations map[string]string
-	account     *pullreport.ServiceAccountRef // nil when run without a token
+	account     *pullcred.ServiceAccount // nil when run without a token
 	cacheKey    string                        // the extra cache key part
 }
 
@@ -114,7 +114,7 @@ func (p *plugin) serviceAccountRequest(ctx context.Context, pod *PodRef) (saRequ
 	r := saRequest{
 		token:       tok,
 		annotations: ann,
-		account:     &pullreport.ServiceAccountRef{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)},
+		account:     &pullcred.ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)},
 	}
 	// The cache key: the account (namespace, name, UID) and the annotations
 	// passed; with cacheType Token, the token's hash too.

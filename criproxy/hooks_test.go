@@ -318,6 +318,37 @@ func TestAnInterceptorOnAMethodThatIsNotACRIMethodIsRefused(t *testing.T) {
 	}
 }
 
+// TestAChainAssembledWronglyDoesNotStart: an interceptor marked Sole with
+// another on its method, or one marked Innermost with one inside it, is
+// refused by New, naming the method: the proxy does not start.
+func TestAChainAssembledWronglyDoesNotStart(t *testing.T) {
+	t.Parallel()
+	pass := func(ctx context.Context, req *runtimeapi.PullImageRequest, next Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+		return next(ctx, req)
+	}
+	status := func(ctx context.Context, req *runtimeapi.ImageStatusRequest, next Next[runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse]) (*runtimeapi.ImageStatusResponse, error) {
+		return next(ctx, req)
+	}
+	for _, tc := range []struct {
+		name string
+		on   []Interceptor
+		ok   bool
+	}{
+		{"a sole interceptor alone on its method starts", []Interceptor{Intercept(PullImage, pass).Sole(), Intercept(ImageStatus, status)}, true},
+		{"a sole interceptor with another on its method is refused", []Interceptor{Intercept(PullImage, pass).Sole(), Intercept(PullImage, pass)}, false},
+		{"a sole interceptor with another outside it is refused", []Interceptor{Intercept(PullImage, pass), Intercept(PullImage, pass).Sole()}, false},
+		{"an innermost interceptor last on its method starts", []Interceptor{Intercept(PullImage, pass), Intercept(PullImage, pass).Innermost()}, true},
+		{"an innermost interceptor with one inside it is refused", []Interceptor{Intercept(PullImage, pass).Innermost(), Intercept(PullImage, pass)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(&Backend{}, Options{Interceptors: tc.on})
+			if tc.ok && err != nil || !tc.ok && (err == nil || !strings.Contains(err.Error(), "PullImage") || !strings.Contains(err.Error(), "assembled wrongly")) {
+				t.Errorf("got %v", err)
+			}
+		})
+	}
+}
+
 func TestGeneratedMethodsAreUpToDate(t *testing.T) {
 	t.Parallel()
 	// Regenerating from this build's cri-api changes nothing (run go

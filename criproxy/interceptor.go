@@ -37,6 +37,7 @@ type Interceptor struct {
 	fullMethod string
 	handler    any // Handler[Req, Resp]
 	filter     any // func(*Req) bool, or nil
+	place      placement
 	// serve builds the method's handler from every interceptor on it
 	// (outermost first), all of the same types as this one.
 	serve func(service, name string, on []Interceptor, cc *grpc.ClientConn) grpc.MethodDesc
@@ -73,6 +74,38 @@ func InterceptFiltered[Req, Resp any, PReq interface {
 
 // FullMethod is the method the interceptor is on.
 func (i Interceptor) FullMethod() string { return i.fullMethod }
+
+// placement is where an interceptor must stand among those on its method.
+type placement int
+
+const (
+	anywhere  placement = iota
+	sole                // the only one given for its method
+	innermost           // the last one given for its method
+)
+
+func (p placement) String() string {
+	return [...]string{"anywhere", "the only interceptor on its method", "the innermost interceptor on its method"}[p]
+}
+
+// Sole marks an interceptor that must be the only one given for its
+// method: it composes what else the method does itself (ensure's
+// PullImage runs credential injection's tries and the registry check of
+// each). New refuses a list with another beside it: a chain assembled
+// wrongly does not start.
+func (i Interceptor) Sole() Interceptor {
+	i.place = sole
+	return i
+}
+
+// Innermost marks an interceptor that must be the last one given for its
+// method, next to the runtime (image policy's decision on each try of a
+// pull, inside credential injection, which makes the tries). New refuses
+// a list with one inside it.
+func (i Interceptor) Innermost() Interceptor {
+	i.place = innermost
+	return i
+}
 
 // serveMethod composes the handlers on one method around the call to the
 // runtime and serves it, filtered when every interceptor has a filter.
@@ -119,11 +152,23 @@ func serveMethod[Req, Resp any, PReq interface {
 }
 
 // checkInterceptors refuses an interceptor on a method this build does not
-// know as unary (only a Method value of methods_gen.go makes one).
+// know as unary (only a Method value of methods_gen.go makes one), and a
+// list in which an interceptor is not where it must stand (Sole,
+// Innermost).
 func checkInterceptors(on []Interceptor) error {
-	for _, i := range on {
+	byMethod := map[string][]int{}
+	for n, i := range on {
 		if _, ok := unaryMethods[i.fullMethod]; !ok || i.serve == nil {
 			return fmt.Errorf("criproxy: cannot intercept %q: not a unary CRI method of this build", i.fullMethod)
+		}
+		byMethod[i.fullMethod] = append(byMethod[i.fullMethod], n)
+	}
+	for method, at := range byMethod {
+		for k, n := range at {
+			switch p := on[n].place; {
+			case p == sole && len(at) > 1, p == innermost && k != len(at)-1:
+				return fmt.Errorf("criproxy: interceptor %d of %d on %s must be %s, and is not: the chain is assembled wrongly", k+1, len(at), method, p)
+			}
 		}
 	}
 	return nil

@@ -98,9 +98,7 @@ func BenchmarkGuardCreateContainer(b *testing.B) {
 				})
 				create = hooks.CreateContainer
 			} else {
-				_, err = g.PullImage(ctx, pull, func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-					return g.VerifyPullImage(ctx, r, node.PullImage)
-				})
+				_, err = g.PullImage(ctx, pull, node.PullImage)
 				create = g.CreateContainer
 			}
 			if err != nil {

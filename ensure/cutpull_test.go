@@ -131,13 +131,7 @@ func TestEveryPullThatEndsLeavesItsImageTracked(t *testing.T) {
 					}
 					return resp, err
 				}
-				next := runtimePull
-				if checked {
-					next = func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-						return s.guard.VerifyPullImage(ctx, req, runtimePull)
-					}
-				}
-				_, _ = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()}, next)
+				_, _ = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()}, runtimePull)
 				if tc.late {
 					s.node.put(private, refApp)
 				}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // Explanation says what the guard decides for an image and a pod, and why.
@@ -52,7 +51,7 @@ type Explanation struct {
 // Verification is the registry's word on one recorded credential.
 type Verification struct {
 	Repository string `json:"repository"`
-	pullreport.Verification
+	RegistryVerification
 	At time.Time `json:"at"`
 }
 

@@ -99,10 +99,13 @@ type GuardOptions struct {
 	// pods waiting for it are entitled to it.
 	Pods NodePods
 	// Registry asks an image's own registry for its word on a pull's
-	// credential (Verify, one of InnerInterceptors): a pull is recorded for
+	// credential (Verify, for each try of a pull): a pull is recorded for
 	// a credential only with that word. nil only in tests of the rest:
 	// then the runtime's success stands for it.
 	Registry RegistryCheck
+	// Credentials runs a pull's tries with credential injection's
+	// credentials after the request's own; nil: the request's own only.
+	Credentials Credentials
 	// Accounts re-checks service-account re-uses against the token plugins
 	// as they are now; nil means none are configured, and a pull recorded
 	// for a service account is then never re-used.
@@ -142,6 +145,8 @@ type Guard struct {
 	pods     NodePods
 	accounts AccountCheck
 	registry RegistryCheck
+	// credentials is nil without credential injection.
+	credentials Credentials
 	// imagePolicy is nil without an image policy.
 	imagePolicy *policyGate
 
@@ -158,7 +163,7 @@ type Guard struct {
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(),
-		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry,
+		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials,
 	}
 	g.writes = &writeHealth{}
 	g.verifications = newVerificationTable(4096)

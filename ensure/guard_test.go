@@ -13,12 +13,14 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 const (
@@ -55,6 +57,8 @@ type setup struct {
 	imagePolicy ensure.ImagePolicy
 	// pods, when set, is the guard's Kubernetes API.
 	pods ensure.NodePods
+	// credentials, when set, is the guard's credential injection.
+	credentials ensure.Credentials
 }
 
 // syncBuffer is a bytes.Buffer safe for the guard's concurrent writes.
@@ -99,6 +103,7 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 	opts.Registry = s.registryCheck()
 	opts.ImagePolicy = s.imagePolicy
 	opts.Pods = s.pods
+	opts.Credentials = s.credentials
 	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), opts); err != nil {
 		t.Fatal(err)
 	}
@@ -170,13 +175,38 @@ func (s *setup) registryCheck() ensure.RegistryCheck {
 	return nil
 }
 
-// runtimePull is what the guard's PullImage forwards to: the runtime's
-// pull, behind the registry check when the setup has one.
+// runtimePull is the runtime's pull, what the guard's PullImage forwards
+// each try to (the guard asks the registry itself when the setup is
+// checked).
 func (s *setup) runtimePull(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-	if s.checked {
-		return s.guard.VerifyPullImage(ctx, req, s.node.PullImage)
-	}
 	return s.node.PullImage(ctx, req)
+}
+
+// credentialsFunc is credential injection as a test writes it.
+type credentialsFunc func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error)
+
+func (f credentialsFunc) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
+	return f(ctx, req, try)
+}
+
+// pluginPull is credential injection that pulls with a plugin's credential
+// (userPass) and says it was used's: after the request's own, when it
+// has one and the registry takes it.
+func pluginPull(userPass string, used pullcred.Used) credentialsFunc {
+	return func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
+		if req.GetAuth() != nil {
+			if resp, err := try(ctx, req); err == nil {
+				return resp, pullcred.Used{}, nil
+			}
+		}
+		r := proto.CloneOf(req)
+		r.Auth = cred(userPass)
+		resp, err := try(ctx, r)
+		if err != nil {
+			return nil, pullcred.Used{}, err
+		}
+		return resp, used, nil
+	}
 }
 
 // imageStatus is an ImageStatus through the proxy: the guard's filter

@@ -137,18 +137,6 @@ func (f *layerFlights) holding(d digest.Digest, self *layerFlight) bool {
 // beside it.
 const flightWait = 2 * time.Minute
 
-type flightKey struct{}
-
-// withFlight carries a pull's layer entry from Pull to its Verify.
-func withFlight(ctx context.Context, fl *layerFlight) context.Context {
-	return context.WithValue(ctx, flightKey{}, fl)
-}
-
-func flightOf(ctx context.Context) *layerFlight {
-	fl, _ := ctx.Value(flightKey{}).(*layerFlight)
-	return fl
-}
-
 // layerPrivacy is why a layer is, or is not, private.
 type layerPrivacy struct {
 	private bool
@@ -250,8 +238,7 @@ func (g *Guard) layersToProve(imageID, repo string, diffIDs []digest.Digest, sel
 // the runtime built the image: it enters the pull's layers in flight, and
 // waits for the other pulls in flight to know theirs (bounded by the
 // proof timeout: past it, their layers count as private).
-func (g *Guard) layerChooser(ctx context.Context, image, repo string, anonymous bool) registry.LayerChooser {
-	fl := flightOf(ctx)
+func (g *Guard) layerChooser(image, repo string, fl *layerFlight, anonymous bool) registry.LayerChooser {
 	return func(ctx context.Context, imageID digest.Digest, layers []registry.Layer) ([]digest.Digest, error) {
 		diffIDs := diffIDsOf(layers)
 		if fl != nil {
@@ -294,7 +281,7 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img Image) (bool, str
 	if _, err := g.store.Get(img.ID); !errors.Is(err, ErrNotFound) || g.unrecorded.has(img.ID) {
 		return false, "" // a record (or no answer: the decision fails closed) decides it
 	}
-	came, why := g.cameWithPrivateLayers(ctx, img.ID)
+	came, why := g.cameWithPrivateLayers(ctx, img.ID, nil)
 	if !came {
 		return false, ""
 	}
@@ -306,9 +293,9 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img Image) (bool, str
 // that was private on the node before the proxy first saw the image (or
 // its layers cannot be seen while the node holds private ones): such an
 // image may be another tenant's content under a name of its own, and was
-// never free to every pod. A pull in flight in ctx (flightOf) is not
+// never free to every pod. The pull in flight self (nil: none) is not
 // counted as a holder.
-func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string) (bool, string) {
+func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string, self *layerFlight) (bool, string) {
 	l, ok := g.learnLayers(ctx, imageID, g.sighting())
 	if !ok {
 		if !g.anyPrivateLayer(ctx) {
@@ -316,7 +303,6 @@ func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string) (bool
 		}
 		return true, "the runtime does not say which layers it holds, and the node holds private layers"
 	}
-	self := flightOf(ctx)
 	for _, d := range l.DiffIDs {
 		if p := g.layerPrivate(d, imageID, "", self, l.Seen, false); p.private {
 			return true, "it holds " + d.String() + ", which was private on the node before the image was first seen"

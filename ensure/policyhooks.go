@@ -55,7 +55,7 @@ func (h *PolicyHooks) Interceptors() []criproxy.Interceptor {
 // so that each try of a pull is decided with the credential it goes with:
 // PullImage.
 func (h *PolicyHooks) InnerInterceptors() []criproxy.Interceptor {
-	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, h.PullImage)}
+	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, h.PullImage).Innermost()}
 }
 
 // PullImage decides a try of a pull before the runtime pulls: the image's

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // PullRequest is a pull as the guard decides it: the image as named, the
@@ -22,21 +24,39 @@ type PullRequest struct {
 	Auth  Auth
 }
 
-// Forward sends a pull on, through the inner hooks (credential injection,
-// the registry check) to the runtime, and returns the image reference the
-// runtime answered.
+// Forward is the runtime's pull of one try, with that try's credential;
+// it returns the image reference the runtime answered.
 type Forward func(ctx context.Context) (imageRef string, err error)
+
+// Tries runs the tries of a pull: one per credential the pull may go with,
+// in the order they are to be tried (the request's own, then credential
+// injection's: the kubelet's keyring order), until one succeeds. each is
+// one try: the credential it goes with, and the runtime's pull of it. It
+// returns the image reference of the try that succeeded, and which
+// credential that was.
+type Tries func(ctx context.Context, each func(ctx context.Context, cred registry.Credential, forward Forward) (string, error)) (string, pullcred.Used, error)
+
+// Credentials runs a pull's tries with the credentials the node has for
+// the image (credential injection's plugins), after the request's own;
+// *credplugins.Injector is the real one. Without it, a pull has the one
+// try of the request's own credential.
+type Credentials interface {
+	Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error)
+}
 
 // Pull answers a pull. Right after a hide, a pull whose credential (or
 // whose pod, by its secrets or service account) is already verified for
 // the image is answered from the node: its image ID, no registry traffic.
-// Any other pull is forwarded under a durable intent and, once the
-// registry accepted its credential, the credential is recorded before the
-// answer. Every allowed pull grants the pod the image.
-func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (string, error) {
+// Any other pull runs its tries under a durable intent, each checked at
+// the image's registry (Verify) beside the runtime's pull, and, once the
+// registry accepted a try's credential, that credential is recorded before
+// the answer. Every allowed pull grants the pod the image.
+func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string, error) {
 	repo, ok := g.repository(req.Image)
 	if !ok {
-		return forward(ctx)
+		// No name to decide on: the runtime says what it is.
+		ref, _, err := tries(ctx, func(ctx context.Context, _ registry.Credential, forward Forward) (string, error) { return forward(ctx) })
+		return ref, err
 	}
 	cred := Credential{Hash: g.store.HashAuth(req.Auth)}
 	before, ok := g.answerFromNode(ctx, req, repo, cred.Hash)
@@ -69,29 +89,36 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	// is written (or it failed).
 	fl := g.flights.start()
 	defer g.flights.end(fl)
-	ctx = withFlight(ctx, fl)
-	ctx, call := pullreport.Start(ctx)
-	if before != "" {
-		call.SetPresent(before)
-	}
-	pulled, err := forward(ctx)
-	if err == nil && g.registry != nil {
-		err = g.checkVerified(ctx, req.Image, pulled, call.Verified())
+	// The registry's word on the try that succeeded (tries run one after
+	// the other).
+	var verified *RegistryVerification
+	pulled, used, err := tries(ctx, func(ctx context.Context, cred registry.Credential, forward Forward) (string, error) {
+		if g.registry == nil {
+			return forward(ctx) // tests of the rest only: the daemon always has a registry check
+		}
+		ref, v, err := g.Verify(ctx, req.Image, req.Pod, cred, before, fl, forward)
+		if err == nil {
+			verified = &v
+		}
+		return ref, err
+	})
+	if err == nil && verified != nil {
+		err = g.checkVerified(ctx, req.Image, pulled, verified)
 	}
 	if err != nil {
 		g.metrics.pulls.WithLabelValues("failure").Inc()
-		g.settleFailedPull(ctx, req.Image, repo, intent, before)
+		g.settleFailedPull(ctx, req.Image, repo, intent, before, fl)
 		return "", err
 	}
 	g.metrics.pulls.WithLabelValues("success").Inc()
 	g.hidden.take(req.Image)
-	// The record holds the credential that succeeded: a plugin's, when an
-	// inner hook reports one (the request had none, or the registry refused
-	// the request's own), else the request's.
-	if r, ok := call.Credential(); ok {
-		if r.ServiceAccount != nil {
+	// The record holds the credential that succeeded: a plugin's, when the
+	// tries say so (the request had none, or the registry refused the
+	// request's own), else the request's.
+	if used.Provider != "" {
+		if sa := used.ServiceAccount; sa != nil {
 			// A token plugin pulled it with the pod's service account.
-			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: r.ServiceAccount.Namespace, Name: r.ServiceAccount.Name, UID: r.ServiceAccount.UID}}
+			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: sa.UID}}
 		} else {
 			// Node-wide plugin credentials: every pod of the node could pull
 			// it the same way.
@@ -106,8 +133,8 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	ref := g.imageID(ctx, req.Image, pulled)
 	unlock := g.refs.lock(ref)
 	defer unlock()
-	preloaded := g.listedBefore(ctx, req.Image, repo, ref, before)
-	if v := call.Verified(); v != nil && v.LayersKnown {
+	preloaded := g.listedBefore(ctx, req.Image, repo, ref, before, fl)
+	if v := verified; v != nil && v.LayersKnown {
 		// The registry vouched for every layer as repo: kept with the record.
 		err = g.store.RecordVerifiedPull(ref, repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
 	} else {
@@ -118,8 +145,8 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, forward Forward) (str
 	} else {
 		g.settlePulled(req.Image)
 	}
-	if v := call.Verified(); v != nil {
-		g.verifications.note(ref, repo, *v, g.clock.Now())
+	if verified != nil {
+		g.verifications.note(ref, repo, *verified, g.clock.Now())
 	}
 	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
 	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
@@ -198,7 +225,7 @@ func imageIDOf(ctx context.Context, rt Runtime, name, ref string) string {
 //
 // What is left out needs verification, as before this change: the error
 // is on the safe side. See decide for what the names then allow.
-func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string) []string {
+func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string, fl *layerFlight) []string {
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
 		return nil // a record (readable or not), or a pull of it that could not record
 	}
@@ -224,7 +251,7 @@ func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before strin
 		}
 	}
 	if len(out) > 0 {
-		if came, _ := g.cameWithPrivateLayers(ctx, ref); came {
+		if came, _ := g.cameWithPrivateLayers(ctx, ref, fl); came {
 			return nil
 		}
 	}
@@ -232,20 +259,14 @@ func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before strin
 }
 
 // checkVerified holds a pull that succeeded to the registry's word: the
-// innermost hook (Verify) must have reported that the image's registry
-// resolved the name, for the credential the pull went with, to the image
-// the runtime answered. Without it, nothing is recorded for the
-// credential: the image is tracked as pulled with no verified credential.
-func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *pullreport.Verification) error {
-	switch {
-	case v == nil:
-		g.log.ErrorContext(ctx, "ensure: a pull succeeded with no registry check made; its credential is not recorded", "image", image,
-			"remedy", "install the guard's inner interceptors (Guard.InnerInterceptors) after credential injection")
-	case v.ImageID != g.imageID(context.WithoutCancel(ctx), image, pulled):
-		g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
-	default:
+// image the registry answered for the try's credential must be the one the
+// runtime answered; else nothing is recorded for the credential, and the
+// image is tracked as pulled with no verified credential.
+func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *RegistryVerification) error {
+	if v.ImageID == g.imageID(context.WithoutCancel(ctx), image, pulled) {
 		return nil
 	}
+	g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
 	return fmt.Errorf("pulling %s: the pull could not be verified at the registry: %w", image, errdefs.ErrUnavailable)
 }
 
@@ -270,7 +291,7 @@ const settleTimeout = 10 * time.Second
 //   - no answer: the intent is kept, and its repository counts as a pull
 //     in flight, until a GC run finds the image, a pull of it through the
 //     proxy succeeds, or the next start settles it.
-func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, before string) {
+func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, before string, fl *layerFlight) {
 	cut := ctx.Err() != nil
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
@@ -282,7 +303,7 @@ func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, befor
 	case present && img.ID != before:
 		unlock := g.refs.lock(img.ID)
 		defer unlock()
-		preloaded := g.listedBefore(ctx, image, repo, img.ID, before)
+		preloaded := g.listedBefore(ctx, image, repo, img.ID, before, fl)
 		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now(), preloaded); err != nil {
 			g.recordFailed(image, repo, img.ID, intent, err)
 			return

@@ -7,7 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 func TestTheRecordHoldsTheCredentialThatSucceeded(t *testing.T) {
@@ -15,33 +15,26 @@ func TestTheRecordHoldsTheCredentialThatSucceeded(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name        string
-		report      *pullreport.Credential // what the injector behind the guard says it pulled with
+		used        *pullcred.Used // what credential injection says it pulled with, after the request's own was refused
 		wantNode    bool
 		wantAccount bool
 		wantHash    bool
 	}{
-		{"the request's credential refused, a node-wide plugin's accepted: node-wide", &pullreport.Credential{Provider: "ecr"}, true, false, false},
+		{"the request's credential refused, a node-wide plugin's accepted: node-wide", &pullcred.Used{Provider: "ecr"}, true, false, false},
 		{"the request's credential refused, a token plugin's accepted: the pod's account",
-			&pullreport.Credential{Provider: "tp", ServiceAccount: &pullreport.ServiceAccountRef{Namespace: "ns", Name: "builder", UID: "sa-1"}}, false, true, false},
+			&pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{Namespace: "ns", Name: "builder", UID: "sa-1"}}, false, true, false},
 		{"the request's credential accepted: its hash", nil, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-			// The kubelet sends bob's credential; the injector behind the
-			// guard retries with the plugin's (alice's) when it is refused.
-			_, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("bob:b-pw"), SandboxConfig: podBOwn.sandbox()},
-				func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-					if tc.report == nil {
-						return s.node.PullImage(ctx, req)
-					}
-					s.node.allowed["registry.test/team-a/app"]["bob:b-pw"] = false
-					if _, err := s.node.PullImage(ctx, req); err == nil {
-						t.Fatal("the registry accepted bob")
-					}
-					pullreport.Report(ctx, *tc.report)
-					req.Auth = cred("alice:a-pw")
-					return s.node.PullImage(ctx, req)
-				})
+			if tc.used != nil {
+				// The kubelet sends bob's credential; injection retries with
+				// the plugin's (alice's) when the registry refuses it.
+				s.node.allowed["registry.test/team-a/app"]["bob:b-pw"] = false
+				s.credentials = pluginPull("alice:a-pw", *tc.used)
+				s.restart(t, ensure.NeverVerifyPreloadedImages)
+			}
+			_, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("bob:b-pw"), SandboxConfig: podBOwn.sandbox()}, s.runtimePull)
 			if err != nil {
 				t.Fatal(err)
 			}

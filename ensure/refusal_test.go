@@ -28,11 +28,9 @@ func TestARefusalSaysWhatHappened(t *testing.T) {
 	ctx := context.Background()
 	p := pod{uid: "anon1", ns: "tenant"}
 	_, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: moved}, SandboxConfig: p.sandbox()},
-		func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-			return s.guard.VerifyPullImage(ctx, r, func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-				s.node.put(moved, refMoved) // the tag moved between the check and the pull
-				return &runtimeapi.PullImageResponse{ImageRef: refMoved}, nil
-			})
+		func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+			s.node.put(moved, refMoved) // the tag moved between the check and the pull
+			return &runtimeapi.PullImageResponse{ImageRef: refMoved}, nil
 		})
 	if status.Code(toStatus(err)) != codes.Aborted {
 		t.Fatalf("the pull: %v, want Aborted", err)

@@ -15,7 +15,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
 func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
@@ -42,16 +42,13 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 			s.store = store
 			s.restart(t, ensure.NeverVerifyPreloadedImages)
 
-			// A token plugin behind the guard pulls for pod a1 with its
-			// service account a/builder, and says so.
+			// A token plugin pulls for pod a1 with its service account
+			// a/builder, and credential injection says so.
+			s.credentials = pluginPull("alice:a-pw", pullcred.Used{Provider: "tp",
+				ServiceAccount: &pullcred.ServiceAccount{Namespace: "a", Name: "builder", UID: "sa-1"}})
+			s.restart(t, ensure.NeverVerifyPreloadedImages)
 			spec := &runtimeapi.ImageSpec{Image: private}
-			_, err = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: podA.sandbox()},
-				func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-					pullreport.Report(ctx, pullreport.Credential{Provider: "tp",
-						ServiceAccount: &pullreport.ServiceAccountRef{Namespace: "a", Name: "builder", UID: "sa-1"}})
-					req.Auth = cred("alice:a-pw")
-					return s.node.PullImage(ctx, req)
-				})
+			_, err = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: podA.sandbox()}, s.runtimePull)
 			if err != nil {
 				t.Fatal(err)
 			}

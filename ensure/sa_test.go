@@ -3,6 +3,7 @@ package ensure_test
 import (
 	"context"
 	"encoding/json"
+	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
@@ -27,6 +28,9 @@ import (
 type apiSetup struct {
 	*setup
 	client *fake.Clientset
+	// newGuard makes the guard again, with its API and token plugins, and
+	// creds as its credential injection.
+	newGuard func(creds ensure.Credentials)
 }
 
 func newAPISetup(t *testing.T) *apiSetup {
@@ -51,10 +55,14 @@ func newAPISetup(t *testing.T) *apiSetup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins, Registry: s.registryCheck(),
-		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))}); err != nil {
-		t.Fatal(err)
+	s.newGuard = func(creds ensure.Credentials) {
+		var err error
+		if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.GuardOptions{Clock: s.clock, Pods: src, Accounts: plugins, Registry: s.registryCheck(),
+			Credentials: creds, Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug}))}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	s.newGuard(nil)
 	return s
 }
 
@@ -181,15 +189,20 @@ func TestServiceAccountRecords(t *testing.T) {
 		account("a", "builder", "sa-1"), account("b", "builder", "sa-2"),
 		policyPod("a", "p1", "uid-p1", "builder", private, corev1.PullIfNotPresent), policyPod("a", "p2", "uid-p2", "builder", private, corev1.PullIfNotPresent),
 		policyPod("b", "q1", "uid-q1", "builder", private, corev1.PullIfNotPresent))
-	// The injector behind the guard pulls with a token plugin's credential
-	// for the pod's account, and says so.
-	tokenPull := func(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	// Credential injection pulls with a token plugin's credential for the
+	// pod's account, and says so.
+	s.newGuard(credentialsFunc(func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
 		m := req.GetSandboxConfig().GetMetadata()
-		pullreport.Report(ctx, pullreport.Credential{Provider: "tp", ServiceAccount: &pullreport.ServiceAccountRef{
-			Namespace: m.Namespace, Name: "builder", UID: map[string]string{"a": "sa-1", "b": "sa-2"}[m.Namespace]}})
-		req.Auth = cred("alice:a-pw")
-		return s.node.PullImage(ctx, req)
-	}
+		r := proto.CloneOf(req)
+		r.Auth = cred("alice:a-pw")
+		resp, err := try(ctx, r)
+		if err != nil {
+			return nil, pullcred.Used{}, err
+		}
+		return resp, pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{
+			Namespace: m.Namespace, Name: "builder", UID: map[string]string{"a": "sa-1", "b": "sa-2"}[m.Namespace]}}, nil
+	}))
+	tokenPull := s.runtimePull
 	pull := func(ns, name, uid string) (registryRequests int, err error) {
 		before := s.node.registryRequests()
 		spec := &runtimeapi.ImageSpec{Image: private}

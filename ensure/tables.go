@@ -5,8 +5,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // grantTable holds, in memory, which pod (sandbox UID) may use which image
@@ -212,7 +210,7 @@ func newVerificationTable(max int) *verificationTable {
 	return &verificationTable{max: max, m: map[string]map[string]Verification{}}
 }
 
-func (v *verificationTable) note(imageRef, repo string, w pullreport.Verification, at time.Time) {
+func (v *verificationTable) note(imageRef, repo string, w RegistryVerification, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.m[imageRef] == nil {
@@ -221,7 +219,7 @@ func (v *verificationTable) note(imageRef, repo string, w pullreport.Verificatio
 		}
 		v.m[imageRef] = map[string]Verification{}
 	}
-	v.m[imageRef][repo] = Verification{Repository: repo, Verification: w, At: at}
+	v.m[imageRef][repo] = Verification{Repository: repo, RegistryVerification: w, At: at}
 }
 
 func (v *verificationTable) of(imageRef string) []Verification {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -57,8 +56,7 @@ type RegistryCheck interface {
 //
 // forward is the runtime's pull; it returns the image reference it
 // answered. Verify returns the image ID to answer with.
-func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry.Credential, forward Forward) (string, error) {
-	present := pullreport.Present(ctx)
+func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry.Credential, present string, fl *layerFlight, forward Forward) (string, RegistryVerification, error) {
 	repo, _ := g.repository(image)
 	var verdict imagepolicy.Verdict
 	decide := func(ctx context.Context, manifest digest.Digest, imageID string) error {
@@ -70,7 +68,7 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 		return nil
 	}
 	req := registry.Request{Image: image, Credential: cred, Blobs: true,
-		ProveLayers: g.layerChooser(ctx, image, repo, cred.Kind() == registry.KindAnonymous),
+		ProveLayers: g.layerChooser(image, repo, fl, cred.Kind() == registry.KindAnonymous),
 		Resolved:    func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") },
 	}
 	if g.imagePolicy.nameDecides(pod, image) {
@@ -78,14 +76,14 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 		// the name, before the runtime is asked (a Deny namespace pulls
 		// nothing it refuses).
 		if err := decide(ctx, "", ""); err != nil {
-			return "", err
+			return "", RegistryVerification{}, err
 		}
 		req.Resolved = nil
 	}
 	if present != "" {
 		held, err := g.pulledImage(ctx, image, repo, present)
 		if err != nil {
-			return "", err
+			return "", RegistryVerification{}, err
 		}
 		req := req
 		req.Pulled = func(context.Context) (registry.PulledImage, error) { return held, nil }
@@ -103,24 +101,22 @@ func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry
 		switch {
 		case err == nil:
 			g.imagePolicy.bind(verdict, present)
-			g.reportVerified(ctx, image, res, present, true)
-			return present, nil
+			return present, g.registryWord(ctx, image, res, present, true), nil
 		case errors.Is(err, registry.ErrMoved):
 			// The tag moved since the image came to the node: the runtime
 			// pulls the new one, which must be what the registry names now.
 		case errors.As(err, new(policyRefusal)):
-			return "", err
+			return "", RegistryVerification{}, err
 		default:
-			return "", g.checkFailed(ctx, image, err)
+			return "", RegistryVerification{}, g.checkFailed(ctx, image, err)
 		}
 	}
 	pulled, res, err := g.pullBeside(ctx, image, repo, req, forward)
 	if err != nil {
-		return "", err
+		return "", RegistryVerification{}, err
 	}
 	g.imagePolicy.bind(verdict, res.ConfigDigest.String())
-	g.reportVerified(ctx, image, res, res.ConfigDigest.String(), false)
-	return pulled, nil
+	return pulled, g.registryWord(ctx, image, res, res.ConfigDigest.String(), false), nil
 }
 
 // errRuntimePull stands, inside the registry check, for the runtime's pull
@@ -216,20 +212,20 @@ func (g *Guard) pulledImage(ctx context.Context, image, repo, ref string) (regis
 	return p, nil
 }
 
-// reportVerified tells the outer Pull (and the decision log) the
-// registry's word on the credential.
-func (g *Guard) reportVerified(ctx context.Context, image string, res registry.Result, id string, fromNode bool) {
+// registryWord is the registry's word a check gave, as Pull records it,
+// said in the decision log.
+func (g *Guard) registryWord(ctx context.Context, image string, res registry.Result, id string, fromNode bool) RegistryVerification {
 	var checked []string
 	if res.BlobsChecked > 0 {
-		for _, b := range res.Blobs[:min(len(res.Blobs), pullreport.MaxListedBlobs)] {
+		for _, b := range res.Blobs[:min(len(res.Blobs), MaxListedBlobs)] {
 			checked = append(checked, b.String())
 		}
 	}
-	pullreport.ReportVerified(ctx, pullreport.Verification{
+	v := RegistryVerification{
 		ImageID: id, Registry: res.Registry, Endpoint: res.Endpoint, Vouched: res.Vouched, CredentialKind: res.CredentialKind,
 		ManifestDigest: res.ManifestDigest.String(), Blobs: res.BlobsChecked, CheckedBlobs: checked, Requests: res.Requests, FromNode: fromNode,
 		Layers: diffIDsOf(res.Layers), LayersKnown: res.Layers != nil, ProvenLayers: res.Proven, ProvenBytes: res.ProvenBytes,
-	})
+	}
 	what := "PullImage: the registry verified the credential; the runtime pulled"
 	if fromNode {
 		what = "PullImage: the registry verified the credential; answered from the node"
@@ -240,6 +236,7 @@ func (g *Guard) reportVerified(ctx context.Context, image string, res registry.R
 			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests,
 			"layersProven", res.Proven, "bytesProven", res.ProvenBytes)
 	}
+	return v
 }
 
 // checkFailed is a refused try: the operator's log names the registry and

@@ -118,11 +118,9 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 		t.Parallel()
 		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
 		_, err := s.guard.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()},
-			func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-				return s.guard.VerifyPullImage(ctx, r, func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-					s.node.put(private, refTool) // the tag moved between the check and the pull
-					return &runtimeapi.PullImageResponse{ImageRef: refTool}, nil
-				})
+			func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+				s.node.put(private, refTool) // the tag moved between the check and the pull
+				return &runtimeapi.PullImageResponse{ImageRef: refTool}, nil
 			})
 		if status.Code(toStatus(err)) != codes.Aborted {
 			t.Errorf("got %v, want Aborted (retry)", err)

@@ -24,7 +24,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
 // recordsFlags say where the records are: the daemon's admin socket, else
@@ -504,7 +503,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 					fmt.Fprintf(out, "             blob present: %s\n", b)
 				}
 				if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
-					fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, pullreport.MaxListedBlobs)
+					fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, ensure.MaxListedBlobs)
 				}
 				for _, l := range v.ProvenLayers {
 					fmt.Fprintf(out, "             layer proven by its bytes: %s\n", l)

@@ -216,13 +216,16 @@ func (d *daemon) assemble(ctx context.Context) error {
 }
 
 // serveCRI adds the CRI server on the proxy's socket, with the
-// interceptors of what is on, outermost first: ensure sees what injection
-// did, and its registry check (and the image policy's decision on the
-// digest the registry resolved), innermost, sees the credential each try
-// of a pull goes with.
+// interceptors of what is on, outermost first. With ensure, the guard's
+// PullImage is the whole chain of a pull (credential injection's tries,
+// the registry's word on each beside the runtime's pull, the image
+// policy's decision, the record), so injection adds no interceptor of its
+// own; without it, injection's PullImage makes the tries and the image
+// policy's decides each, innermost. criproxy.New refuses a list assembled
+// otherwise (Sole, Innermost).
 func (d *daemon) serveCRI(enf *enforcement) error {
 	interceptors := slices.Clone(enf.interceptors)
-	if d.injector != nil {
+	if d.injector != nil && enf.guard == nil {
 		interceptors = append(interceptors, d.injector.Interceptors()...)
 	}
 	interceptors = append(interceptors, enf.inner...)

@@ -165,7 +165,9 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 		opts.Pods = d.identity
 	}
 	if d.injector != nil {
-		opts.Accounts = d.injector
+		// The guard runs credential injection's tries itself, each checked
+		// at the registry: the PullImage chain is the guard's.
+		opts.Accounts, opts.Credentials = d.injector, d.injector
 	}
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
 	return ensure.NewGuard(store, policy, rt, opts)
@@ -192,7 +194,6 @@ func newEnforcement(guard *ensure.Guard, admin *component) *enforcement {
 	return &enforcement{
 		guard:        guard,
 		interceptors: guard.Interceptors(),
-		inner:        guard.InnerInterceptors(),
 		readyChecks:  []monitoring.ReadyFunc{guard.Ready},
 		admin:        admin,
 	}
