@@ -41,7 +41,7 @@ type saRequest struct {
 	token       string
 	annotations map[string]string
 	account     *pullcred.ServiceAccount // nil when run without a token
-	cacheKey    string                        // the extra cache key part
+	cacheKey    string                   // the extra cache key part
 }
 
 // flightKey is the key that merges concurrent runs of the plugin for image,
