@@ -364,11 +364,18 @@ func TestImagePolicy(t *testing.T) {
 					t.Errorf("the proxy's log has the credential")
 				}
 			})
-			t.Run("an unsigned image is refused at pull, and the runtime never pulls it", func(t *testing.T) {
+			t.Run("an unsigned image is refused at pull, and never runs in the namespace", func(t *testing.T) {
 				p := pod("secure", "unsigned")
 				refusedByPolicy(t, "unsigned", p.pull(t, ep, images["unsigned"]), "image is not signed")
+				// Without ensure the policy decides before the runtime pulls;
+				// with it, beside the runtime's pull, whose leftover a
+				// container of the namespace is refused.
 				if r := crictl(t, direct(), "inspecti", images["unsigned"]); r.Err == nil {
-					t.Errorf("the runtime pulled the refused image")
+					if mode.name == "ensure off" {
+						t.Errorf("the runtime pulled the refused image")
+					} else if err := p.run(t, ep, images["unsigned"], ""); err == nil {
+						t.Errorf("a container of the refused image the runtime pulled beside the check was created")
+					}
 				}
 				refusedByPolicy(t, "signed by an untrusted key", p.pull(t, ep, images["other-key"]), "no valid signature")
 			})
