@@ -123,18 +123,20 @@ func (c *stepClock) noWait(t *testing.T, when string) {
 	}
 }
 
-// messages is a slog handler that hands each message to the test as well.
+// messages is a slog handler that hands each message to the test as well,
+// once it is written: a test that awaited it finds it in the log.
 type messages struct {
 	slog.Handler
 	c chan string
 }
 
 func (m messages) Handle(ctx context.Context, r slog.Record) error {
+	err := m.Handler.Handle(ctx, r)
 	select {
 	case m.c <- r.Message:
 	default:
 	}
-	return m.Handler.Handle(ctx, r)
+	return err
 }
 
 func (m messages) WithAttrs(as []slog.Attr) slog.Handler {
