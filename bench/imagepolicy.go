@@ -22,6 +22,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/signtest"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
@@ -289,7 +290,7 @@ func (e *benchEnv) policyGuards() (alone, with *ensure.Guard, err error) {
 	if err != nil || st.Image == nil {
 		return nil, nil, fmt.Errorf("ImageStatus %s: %v", e.ensure.public, err)
 	}
-	img := ensure.Image{ID: st.Image.Id, Names: append(append([]string{}, st.Image.RepoTags...), st.Image.RepoDigests...)}
+	img := crireq.Image{ID: st.Image.Id, Names: append(append([]string{}, st.Image.RepoTags...), st.Image.RepoDigests...)}
 	cfg, err := imagepolicy.LoadConfig(e.policy.config, e.policy.binDir)
 	if err != nil {
 		return nil, nil, err
@@ -327,13 +328,13 @@ func (e *benchEnv) policyGuards() (alone, with *ensure.Guard, err error) {
 }
 
 // memoryRuntime is a runtime with one image, answered from memory.
-type memoryRuntime struct{ img ensure.Image }
+type memoryRuntime struct{ img crireq.Image }
 
-func (m memoryRuntime) Image(context.Context, ensure.ImageQuery) (ensure.Image, bool, error) {
+func (m memoryRuntime) Image(context.Context, crireq.ImageQuery) (crireq.Image, bool, error) {
 	return m.img, true, nil
 }
-func (m memoryRuntime) Images(context.Context) ([]ensure.Image, error) {
-	return []ensure.Image{m.img}, nil
+func (m memoryRuntime) Images(context.Context) ([]crireq.Image, error) {
+	return []crireq.Image{m.img}, nil
 }
 func (m memoryRuntime) PodUID(context.Context, string) (string, error) { return "", nil }
 

@@ -5,32 +5,16 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
-
-// ImageUse is one image a container would see, and where the request
-// names it.
-type ImageUse struct {
-	Image ImageQuery
-	Field string // "image", "mounts[2].image": for the operator's log
-}
-
-// shown is the image as the pod named it: what its owner may be told.
-func (u ImageUse) shown() string {
-	if u.Image.UserSpecified != "" {
-		return u.Image.UserSpecified
-	}
-	return u.Image.Name
-}
 
 // Admit decides whether pod may create a container that sees uses (its
 // image and the images of its image volumes, by whatever name or ID they
 // are given): each gets the same decision, and the first refused one is
 // the error the client sees.
-func (g *Guard) Admit(ctx context.Context, pod Pod, uses []ImageUse) error {
+func (g *Guard) Admit(ctx context.Context, pod crireq.Pod, uses []crireq.ImageUse) error {
 	for _, use := range uses {
 		if err := g.admitOne(ctx, pod, use); err != nil {
 			return err
@@ -42,7 +26,7 @@ func (g *Guard) Admit(ctx context.Context, pod Pod, uses []ImageUse) error {
 // admitOne decides one image of a container for pod: nil when it may be
 // used, an error the client sees otherwise. Ensure decides first, then the
 // image policy, if any, on the same answer of the runtime.
-func (g *Guard) admitOne(ctx context.Context, pod Pod, use ImageUse) error {
+func (g *Guard) admitOne(ctx context.Context, pod crireq.Pod, use crireq.ImageUse) error {
 	img, repo, err := g.resolve(ctx, use.Image)
 	if err := g.admitEnsure(ctx, pod, use, img, repo, err); err != nil {
 		return err
@@ -52,11 +36,11 @@ func (g *Guard) admitOne(ctx context.Context, pod Pod, use ImageUse) error {
 
 // admitEnsure is ensure's decision on one image of a container: img as
 // the runtime resolved it (err its error), known as repo.
-func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Image, repo string, err error) error {
-	shown := use.shown()
+func (g *Guard) admitEnsure(ctx context.Context, pod crireq.Pod, use crireq.ImageUse, img crireq.Image, repo string, err error) error {
+	shown := use.Shown()
 	ref := img.ID
 	switch {
-	case err != nil && !runtimeAnswered(err, use.Image.Name):
+	case err != nil && !crireq.RuntimeAnswered(err, use.Image.Name):
 		if !g.mayNeedVerification(use.Image.Name) {
 			return nil
 		}
@@ -105,29 +89,15 @@ func (g *Guard) admitEnsure(ctx context.Context, pod Pod, use ImageUse, img Imag
 // (a failed, cut or aborted pull, anonymous or not), a record past its
 // age: the pod runs it once its own pull is accepted by the registry,
 // anonymous when the image is public.
-func refusal(shown string, pod Pod) error {
+func refusal(shown string, pod crireq.Pod) error {
 	return fmt.Errorf("image %q for pod %s: %w: it runs only after a pull for this pod that the registry accepts", shown, pod, errdefs.ErrPermissionDenied)
 }
 
 // refused counts and logs a refused image use for the operator: the image
 // ID and the rule go here, never into the error the pod's owner reads.
-func (g *Guard) refused(ctx context.Context, pod Pod, use ImageUse, ref, rule string) {
+func (g *Guard) refused(ctx context.Context, pod crireq.Pod, use crireq.ImageUse, ref, rule string) {
 	g.metrics.denials.Inc()
-	g.log.InfoContext(ctx, "ensure: container refused", "image", use.shown(), "field", use.Field, "imageRef", ref, "pod", pod.String(), "rule", rule)
-}
-
-// runtimeAnswered reports whether an ImageStatus error for name is the
-// runtime's answer about the name (it cannot be parsed, or is not found),
-// as opposed to the runtime not answering at all (down, restarting,
-// overloaded). A name that can name no image is answered whatever the
-// code: containerd 1.6 says Unknown for a name that is no reference and
-// no ID prefix, and no runtime could resolve it to an image.
-func runtimeAnswered(err error, name string) bool {
-	switch status.Code(err) {
-	case codes.InvalidArgument, codes.NotFound:
-		return true
-	}
-	return imageref.NamesNoImage(name)
+	g.log.InfoContext(ctx, "ensure: container refused", "image", use.Shown(), "field", use.Field, "imageRef", ref, "pod", pod.String(), "rule", rule)
 }
 
 // mayNeedVerification reports, from memory only, whether an image given

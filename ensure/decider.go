@@ -12,6 +12,7 @@ import (
 
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -278,45 +279,21 @@ func (d *Decider) repository(image string) (string, bool) {
 // by name really find it by that name (containerd also resolves a name
 // that is an ID prefix).
 func (d *Decider) listedAs(repo string, names ...[]string) bool {
-	return listedAs(&d.names, repo, names...)
-}
-
-func listedAs(parsed *imageref.Names, repo string, names ...[]string) bool {
-	for _, list := range names {
-		for _, r := range list {
-			if n := parsed.Parse(r); n.OK && n.Repository == repo {
-				return true
-			}
-		}
-	}
-	return false
+	return crireq.ListedAs(&d.names, repo, names...)
 }
 
 // resolve returns the image q names, as the runtime itself answers (a
 // zero Image when absent), and the repository it is known under: "" when
 // it cannot be told (a lookup by ID, or a name the image is not listed
 // under).
-func (d *Decider) resolve(ctx context.Context, q ImageQuery) (Image, string, error) {
-	return resolveImage(ctx, d.runtime, &d.names, q)
-}
-
-func resolveImage(ctx context.Context, rt Runtime, parsed *imageref.Names, q ImageQuery) (Image, string, error) {
-	img, ok, err := rt.Image(ctx, q)
-	if err != nil || !ok {
-		return Image{}, "", err
-	}
-	for _, name := range []string{q.UserSpecified, q.Name} {
-		if n := parsed.Parse(name); n.OK && listedAs(parsed, n.Repository, img.Names) {
-			return img, n.Repository, nil
-		}
-	}
-	return img, "", nil
+func (d *Decider) resolve(ctx context.Context, q crireq.ImageQuery) (crireq.Image, string, error) {
+	return crireq.Resolve(ctx, d.runtime, &d.names, q)
 }
 
 // askedName is the name of q the image was found by as repo (Lookup
 // form), "" when repo is unknown (a lookup by ID): the name decide checks
 // against the image's preloaded names.
-func (d *Decider) askedName(q ImageQuery, repo string) string {
+func (d *Decider) askedName(q crireq.ImageQuery, repo string) string {
 	if repo == "" {
 		return ""
 	}
@@ -361,7 +338,7 @@ func (d *Decider) logDecision(ctx context.Context, what, image, imageRef, pod, r
 // ResolveImage returns the image ID of a name, as the runtime answers it;
 // an error when the image is not present.
 func (d *Decider) ResolveImage(ctx context.Context, image string) (string, error) {
-	img, _, err := d.resolve(ctx, ImageQuery{Name: image})
+	img, _, err := d.resolve(ctx, crireq.ImageQuery{Name: image})
 	if err != nil {
 		return "", err
 	}
@@ -383,7 +360,7 @@ func (d *Decider) PruneRecords(ctx context.Context, until time.Time) (int, error
 	return d.prune(images, until)
 }
 
-func (d *Decider) prune(images []Image, until time.Time) (int, error) {
+func (d *Decider) prune(images []crireq.Image, until time.Time) (int, error) {
 	present := make(map[string]bool, len(images))
 	for _, img := range images {
 		present[img.ID] = true

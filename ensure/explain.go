@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -75,7 +76,7 @@ func (g *Guard) Explain(ctx context.Context, image, podUID string) (*Explanation
 // whether a pod holds one for an image.
 func (d *Decider) explain(ctx context.Context, image, podUID string, granted func(podUID, imageRef string) bool) (*Explanation, error) {
 	e := &Explanation{Image: image, Policy: string(d.Policy().Name()), PodUID: podUID, GrantsKnown: granted != nil}
-	img, present, err := d.runtime.Image(ctx, ImageQuery{Name: image})
+	img, present, err := d.runtime.Image(ctx, crireq.ImageQuery{Name: image})
 	if err != nil {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
 	}
@@ -117,7 +118,7 @@ func (d *Decider) explain(ctx context.Context, image, podUID string, granted fun
 		e.Result, e.Rule = resultMustAuth, "not present"
 		return e, nil
 	}
-	dec := d.decide(e.ImageRef, e.Repository, d.askedName(ImageQuery{Name: image}, e.Repository), img.Names)
+	dec := d.decide(e.ImageRef, e.Repository, d.askedName(crireq.ImageQuery{Name: image}, e.Repository), img.Names)
 	e.NeedsVerification, e.Result, e.Rule = dec.verify, dec.result, dec.rule
 	if podUID != "" && granted != nil {
 		e.PodGranted = granted(podUID, e.ImageRef)

@@ -2,15 +2,14 @@ package ensure
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"strings"
 
 	"github.com/containerd/errdefs"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -31,7 +30,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	tries := func(ctx context.Context, each func(context.Context, registry.Credential, Forward) (string, error)) (string, pullcred.Used, error) {
 		try := func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 			var resp *runtimeapi.PullImageResponse
-			ref, err := each(ctx, registryCredential(r.GetAuth()), func(ctx context.Context) (string, error) {
+			ref, err := each(ctx, crireq.RegistryCredential(r.GetAuth()), func(ctx context.Context) (string, error) {
 				var err error
 				resp, err = next(ctx, r)
 				return resp.GetImageRef(), err
@@ -55,7 +54,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		answered = resp
 		return resp.GetImageRef(), used, err
 	}
-	ref, err := g.Pull(ctx, PullRequest{Image: req.GetImage().GetImage(), Pod: podOf(req.GetSandboxConfig()), Auth: authOf(req.GetAuth())}, tries)
+	ref, err := g.Pull(ctx, PullRequest{Image: req.GetImage().GetImage(), Pod: crireq.PodOf(req.GetSandboxConfig()), Auth: authOf(req.GetAuth())}, tries)
 	switch {
 	case err != nil:
 		return nil, err
@@ -63,17 +62,4 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		return answered, nil // the runtime's answer, as it gave it
 	}
 	return &runtimeapi.PullImageResponse{ImageRef: ref}, nil // answered from the node
-}
-
-// registryCredential is a CRI auth as the registry check takes it: the
-// auth field, when it is all there is, decoded to its user and password as
-// the runtime decodes it.
-func registryCredential(a *runtimeapi.AuthConfig) registry.Credential {
-	c := registry.Credential{Username: a.GetUsername(), Password: a.GetPassword(), IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
-	if c.Username == "" && c.Password == "" && a.GetAuth() != "" {
-		if dec, err := base64.StdEncoding.DecodeString(a.GetAuth()); err == nil {
-			c.Username, c.Password, _ = strings.Cut(string(dec), ":")
-		}
-	}
-	return c
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -79,7 +80,7 @@ func newPolicyGate(policy ImagePolicy, pods cachedPods, names *imageref.Names, l
 // has the API and the pod is there. It is for the plugin's information
 // (and its log): verdicts are cached and merged per namespace, not per
 // pod or account.
-func (p *policyGate) policyPod(pod Pod) imagepolicy.Pod {
+func (p *policyGate) policyPod(pod crireq.Pod) imagepolicy.Pod {
 	out := imagepolicy.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Static: pod.Static}
 	if p.pods != nil && pod.UID != "" {
 		if kpod := p.pods.CachedPod(pod.Namespace, pod.Name, pod.UID); kpod != nil {
@@ -106,7 +107,7 @@ func (p *policyGate) repository(image string) string {
 // registry's answer is that image. A refusal is the error the client
 // sees: PermissionDenied with the pod's reason; the operator's reason is
 // in the engine's log.
-func (p *policyGate) pull(ctx context.Context, image string, pod Pod, cred registry.Credential, res registry.Result, imageID string) (imagepolicy.Verdict, error) {
+func (p *policyGate) pull(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, res registry.Result, imageID string) (imagepolicy.Verdict, error) {
 	if p == nil {
 		return imagepolicy.Verdict{Allowed: true}, nil
 	}
@@ -125,7 +126,7 @@ func (p *policyGate) pull(ctx context.Context, image string, pod Pod, cred regis
 // name alone: a policy is configured, the name names a repository, and no
 // provider applies to it in the pod's namespace (its no-match policy
 // decides, with no question to the registry).
-func (p *policyGate) nameDecides(pod Pod, image string) bool {
+func (p *policyGate) nameDecides(pod crireq.Pod, image string) bool {
 	if p == nil {
 		return false
 	}
@@ -155,13 +156,13 @@ func policyCredential(c registry.Credential) *imagepolicy.Credential {
 // must be allowed for the pod's namespace. Fail closed: when the runtime
 // cannot say which image a name stands for, or the name is no image of the
 // node (a checkpoint archive), the use is refused if a policy may apply.
-func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image, repo string, resolveErr error) error {
+func (p *policyGate) admit(ctx context.Context, pod crireq.Pod, use crireq.ImageUse, img crireq.Image, repo string, resolveErr error) error {
 	if p == nil {
 		return nil
 	}
-	shown := use.shown()
+	shown := use.Shown()
 	switch {
-	case resolveErr != nil && !runtimeAnswered(resolveErr, use.Image.Name):
+	case resolveErr != nil && !crireq.RuntimeAnswered(resolveErr, use.Image.Name):
 		if !p.policy.Applies(pod.Namespace, p.repositoryOfUse(use)) {
 			return p.uncovered(ctx, pod, use)
 		}
@@ -202,17 +203,17 @@ func (p *policyGate) admit(ctx context.Context, pod Pod, use ImageUse, img Image
 // uncovered decides an image use no provider applies to, by what its name
 // says (the runtime could not tell which image it is, or holds none): the
 // namespace's no-match policy allows it, warns, or refuses it.
-func (p *policyGate) uncovered(ctx context.Context, pod Pod, use ImageUse) error {
+func (p *policyGate) uncovered(ctx context.Context, pod crireq.Pod, use crireq.ImageUse) error {
 	call := imagepolicy.CallCreateContainer
 	if use.Field != "image" {
 		call = imagepolicy.CallImageVolume
 	}
-	s := imagepolicy.Subject{Call: call, Image: use.shown(), Repository: p.repositoryOfUse(use), Platform: nodePlatform, Pod: p.policyPod(pod)}
+	s := imagepolicy.Subject{Call: call, Image: use.Shown(), Repository: p.repositoryOfUse(use), Platform: nodePlatform, Pod: p.policyPod(pod)}
 	v, _ := p.policy.Decide(ctx, s) // a verdict with an error refuses
 	if v.Allowed {
 		return nil
 	}
-	return fmt.Errorf("image %q for pod %s: %w", use.shown(), pod, v.Err())
+	return fmt.Errorf("image %q for pod %s: %w", use.Shown(), pod, v.Err())
 }
 
 // eachRepository calls f for each repository img is decided as, with the
@@ -221,7 +222,7 @@ func (p *policyGate) uncovered(ctx context.Context, pod Pod, use ImageUse) error
 // name it is not listed under) every repository it is listed under, as it
 // is each of those images; listed under none, "" once, and every provider
 // of the namespace applies.
-func (p *policyGate) eachRepository(img Image, repo string, f func(repo, digest string) error) error {
+func (p *policyGate) eachRepository(img crireq.Image, repo string, f func(repo, digest string) error) error {
 	if repo != "" {
 		return f(repo, p.repoDigest(img.Names, repo))
 	}
@@ -244,7 +245,7 @@ func (p *policyGate) eachRepository(img Image, repo string, f func(repo, digest 
 
 // repositoryOfUse is the repository an image use names, "" when its name
 // may be an image ID.
-func (p *policyGate) repositoryOfUse(use ImageUse) string {
+func (p *policyGate) repositoryOfUse(use crireq.ImageUse) string {
 	for _, name := range []string{use.Image.UserSpecified, use.Image.Name} {
 		if r := p.repository(name); r != "" {
 			return r
@@ -327,14 +328,14 @@ func (g *Guard) ExplainPolicy(ctx context.Context, image, namespace string) (*Po
 		return nil, ErrNoImagePolicy
 	}
 	x := &PolicyExplanation{Image: image}
-	img, repo, err := g.resolve(ctx, ImageQuery{Name: image})
-	if err != nil && !runtimeAnswered(err, image) {
+	img, repo, err := g.resolve(ctx, crireq.ImageQuery{Name: image})
+	if err != nil && !crireq.RuntimeAnswered(err, image) {
 		return nil, fmt.Errorf("asking the runtime about %s: %w", image, err)
 	}
 	x.ImageRef, x.Present = img.ID, img.ID != ""
 	if !x.Present {
 		// As a pull would name it: by its repository, with no digest yet.
-		img, repo = Image{}, g.imagePolicy.repository(image)
+		img, repo = crireq.Image{}, g.imagePolicy.repository(image)
 	}
 	s := imagepolicy.Subject{Call: imagepolicy.CallCreateContainer, Image: image, ImageID: img.ID, Platform: nodePlatform, Pod: imagepolicy.Pod{Namespace: namespace}}
 	_ = g.imagePolicy.eachRepository(img, repo, func(repo, digest string) error {

@@ -10,6 +10,7 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -274,7 +275,7 @@ func diffIDsOf(layers []registry.Layer) []digest.Digest {
 // its layers), and true is returned. A runtime that gives no config for
 // the image leaves its layers unseen: it counts as arrived when any
 // private layer is on the node.
-func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img Image) (bool, string) {
+func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bool, string) {
 	if img.ID == "" || !g.Policy().VerificationRequired("", true) {
 		return false, ""
 	}
@@ -356,7 +357,7 @@ func (g *Guard) anyPrivateLayer(ctx context.Context) bool {
 // track records img as pulled with no verified credential under each
 // repository it is listed as: every pod verifies it from now on, and
 // ImageStatus hides it.
-func (g *Guard) track(img Image, msg, why string) {
+func (g *Guard) track(img crireq.Image, msg, why string) {
 	unlock := g.refs.lock(img.ID)
 	defer unlock()
 	repos := map[string]bool{}
@@ -413,7 +414,7 @@ func (g *Guard) sighting() time.Time {
 // around the proxy with private layers; it drops what it knew of images
 // gone from the node. A GC run calls it with the runtime's list; at most
 // limit images are asked per run.
-func (g *Guard) observeLayers(ctx context.Context, images []Image, limit int) {
+func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, limit int) {
 	present := make(map[string]bool, len(images))
 	asked := 0
 	seen := g.sighting()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/periodic"
 )
@@ -36,7 +37,7 @@ func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 
 // settleLocked converts the leftover intents whose image is in images and
 // keeps the others. g.leftoverMu is held.
-func (g *Guard) settleLocked(images []Image) (converted, kept int, err error) {
+func (g *Guard) settleLocked(images []crireq.Image) (converted, kept int, err error) {
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
 		for _, r := range img.Names {
@@ -200,7 +201,7 @@ func (g *Guard) Run(ctx context.Context, interval time.Duration) {
 
 // Remove has the runtime remove an image (remove) and then drops its
 // record and grants, unless the runtime still has it under some name.
-func (g *Guard) Remove(ctx context.Context, q ImageQuery, remove func(context.Context) error) error {
+func (g *Guard) Remove(ctx context.Context, q crireq.ImageQuery, remove func(context.Context) error) error {
 	img, _, _ := g.resolve(ctx, q)
 	ref := img.ID
 	if err := remove(ctx); err != nil || ref == "" {
@@ -211,7 +212,7 @@ func (g *Guard) Remove(ctx context.Context, q ImageQuery, remove func(context.Co
 	// finishing meanwhile records after the forget (refLocks).
 	unlock := g.refs.lock(ref)
 	defer unlock()
-	if _, present, err := g.runtime.Image(ctx, ImageQuery{Name: ref}); err == nil && !present {
+	if _, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: ref}); err == nil && !present {
 		if _, err := g.store.Forget(ref); err != nil {
 			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", err)
 		}

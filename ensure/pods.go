@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 
@@ -36,30 +37,13 @@ type AccountCheck interface {
 	ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string)
 }
 
-// Pod names the pod a CRI call is for, as the kubelet gives it (the
-// sandbox's metadata); the zero Pod is a call for no pod (crictl, bake).
-type Pod struct {
-	Namespace, Name, UID string
-	// Static: a static pod (the kubelet's config.source annotation), for
-	// image policy plugins.
-	Static bool
-}
-
-// String names the pod for the operator's log.
-func (p Pod) String() string {
-	if p == (Pod{}) {
-		return "(no pod)"
-	}
-	return p.Namespace + "/" + p.Name + " (uid " + p.UID + ")"
-}
-
 // podEntitled is the one entitlement check of the CRI path: whether pod
 // may use imageRef as repo by what it would pull with (its pull secrets,
 // its service account), read from the API. The kubelet decides so
 // (MustAttemptImagePull) before it asks the runtime; the proxy sees only
 // the CRI pod, so it reads the pod. No API, no pod UID, an unknown
 // repository or any read error: not entitled.
-func (g *Guard) podEntitled(ctx context.Context, pod Pod, imageRef, repo string) (bool, string) {
+func (g *Guard) podEntitled(ctx context.Context, pod crireq.Pod, imageRef, repo string) (bool, string) {
 	if g.pods == nil || pod.UID == "" || repo == "" {
 		return false, ""
 	}
@@ -184,7 +168,7 @@ func (g *Guard) secretHashes(sec *corev1.Secret, repo string) []string {
 // secretOf returns the coordinates of the pod's pull secret whose
 // credential for repo hashes to hash, nil when there is no API, no pod or
 // no such secret (the record then holds the hash alone).
-func (g *Guard) secretOf(ctx context.Context, p Pod, repo, hash string) *SecretRef {
+func (g *Guard) secretOf(ctx context.Context, p crireq.Pod, repo, hash string) *SecretRef {
 	if g.pods == nil || p.UID == "" {
 		return nil
 	}

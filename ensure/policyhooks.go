@@ -10,6 +10,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -66,14 +67,14 @@ func (h *PolicyHooks) InnerInterceptors() []criproxy.Interceptor {
 // asked refuses the pull when a provider applies.
 func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	image := req.GetImage().GetImage()
-	pod := podOf(req.GetSandboxConfig())
+	pod := crireq.PodOf(req.GetSandboxConfig())
 	repo := h.gate.repository(image)
 	if repo == "" {
 		// By ID there is nothing to resolve at a registry: the runtime
 		// refuses or finds it, and CreateContainer decides.
 		return next(ctx, req)
 	}
-	cred := registryCredential(req.GetAuth())
+	cred := crireq.RegistryCredential(req.GetAuth())
 	if !h.gate.policy.Applies(pod.Namespace, repo) {
 		// No provider applies: the namespace's no-match policy decides on
 		// the name alone, with no question to the registry (a registry that
@@ -88,7 +89,7 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 	res, err := h.registry.Check(ctx, registry.Request{Image: image, Credential: cred})
 	if err != nil {
 		h.log.WarnContext(ctx, "image policy: the image's registry did not resolve the pull; refused", "image", image, "pod", pod.String(), "err", err)
-		return nil, registryRefusal(image, err)
+		return nil, crireq.RegistryRefusal(image, err)
 	}
 	v, err := h.gate.pull(ctx, image, pod, cred, res, "")
 	if err != nil {
@@ -98,8 +99,8 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 	if err != nil {
 		return nil, err
 	}
-	id := imageIDOf(context.WithoutCancel(ctx), h.runtime, image, resp.GetImageRef())
-	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
+	id := crireq.ImageID(context.WithoutCancel(ctx), h.runtime, image, resp.GetImageRef())
+	if !imageref.IsID(id) || crireq.IDDigest(id) != res.ConfigDigest {
 		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved; refused",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return nil, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
@@ -111,15 +112,15 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 // CreateContainer decides every image the container would see (its image
 // and each image volume, by name, ID or ID prefix) for the pod's namespace.
 func (h *PolicyHooks) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
-	if err := createShape(req); err != nil {
+	if err := crireq.CreateShape(req); err != nil {
 		return nil, err
 	}
-	pod := podOf(req.GetSandboxConfig())
+	pod := crireq.PodOf(req.GetSandboxConfig())
 	if !h.gate.policy.Applies(pod.Namespace, "") && h.gate.policy.NoMatchPolicy(pod.Namespace) == imagepolicy.NoMatchAllow {
 		return next(ctx, req) // nothing of the namespace can refuse or count: no runtime question
 	}
-	for _, use := range containerImages(req.GetConfig()) {
-		img, repo, err := resolveImage(ctx, h.runtime, &h.names, use.Image)
+	for _, use := range crireq.ContainerImages(req.GetConfig()) {
+		img, repo, err := crireq.Resolve(ctx, h.runtime, &h.names, use.Image)
 		if err := h.gate.admit(ctx, pod, use, img, repo, err); err != nil {
 			return nil, err
 		}

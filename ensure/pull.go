@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -20,7 +20,7 @@ import (
 // credential.
 type PullRequest struct {
 	Image string
-	Pod   Pod
+	Pod   crireq.Pod
 	Auth  Auth
 }
 
@@ -68,7 +68,7 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		// fails can be told from one that left a new image. Unknown ("") if
 		// the runtime does not say: any image found after a failure then
 		// counts as arrived.
-		if img, present, err := g.runtime.Image(ctx, ImageQuery{Name: req.Image}); err == nil && present {
+		if img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: req.Image}); err == nil && present {
 			before = img.ID
 		}
 	}
@@ -188,17 +188,7 @@ func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash 
 // told, the ref is kept: a record under it can only be missed, never
 // match another image.
 func (g *Guard) imageID(ctx context.Context, name, ref string) string {
-	return imageIDOf(ctx, g.runtime, name, ref)
-}
-
-func imageIDOf(ctx context.Context, rt Runtime, name, ref string) string {
-	if imageref.IsID(ref) {
-		return ref
-	}
-	if img, ok, err := rt.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
-		return img.ID
-	}
-	return ref
+	return crireq.ImageID(ctx, g.runtime, name, ref)
 }
 
 // listedBefore returns the names the image ref, which a pull of image (of
@@ -229,7 +219,7 @@ func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before strin
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
 		return nil // a record (readable or not), or a pull of it that could not record
 	}
-	img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: ref})
+	img, ok, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: ref})
 	if err != nil || !ok || img.ID != ref {
 		return nil
 	}
@@ -295,7 +285,7 @@ func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, befor
 	cut := ctx.Err() != nil
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	img, present, err := g.runtime.Image(ctx, ImageQuery{Name: image})
+	img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: image})
 	switch {
 	case err != nil:
 		g.keepIntent(Intent{ID: intent, Image: image}, repo)

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 // Runtime is what the enforcer asks the container runtime, in its own
@@ -13,9 +15,9 @@ type Runtime interface {
 	// the runtime resolves it; ok is false when it has no such image. An
 	// error is the runtime's, unchanged (its gRPC code tells an answer
 	// about the name from no answer at all).
-	Image(ctx context.Context, q ImageQuery) (img Image, ok bool, err error)
+	Image(ctx context.Context, q crireq.ImageQuery) (img crireq.Image, ok bool, err error)
 	// Images lists the node's images.
-	Images(ctx context.Context) ([]Image, error)
+	Images(ctx context.Context) ([]crireq.Image, error)
 	// ImageLayers returns the diff_ids of the layers of the image imageID,
 	// as the runtime's copy of its config lists them; ok is false when the
 	// runtime does not say (no such image, or a runtime that gives no
@@ -27,16 +29,5 @@ type Runtime interface {
 	PodUIDs(ctx context.Context) (map[string]bool, error)
 }
 
-// ImageQuery names an image as a request does.
-type ImageQuery struct {
-	Name           string // the name, image ID or ID prefix
-	UserSpecified  string // the name the pod gave, when the request carries it
-	RuntimeHandler string
-	Annotations    map[string]string
-}
-
-// Image is an image of the node.
-type Image struct {
-	ID    string
-	Names []string // the references it is listed under: tags and digests
-}
+// Image is an image of the node, as the Runtime answers it.
+type Image = crireq.Image

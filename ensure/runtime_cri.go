@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 // criImages is the part of the ImageService the enforcer asks, around the
@@ -27,20 +27,17 @@ type criSandboxes interface {
 // CRIRuntime is the Runtime of a CRI runtime's clients (or anything with
 // their methods: a fake in tests).
 func CRIRuntime(images criImages, sandboxes criSandboxes) Runtime {
-	return criRuntime{images, sandboxes}
+	return criRuntime{crireq.RuntimeImages(images), images, sandboxes}
 }
 
 type criRuntime struct {
+	image     crireq.Images
 	images    criImages
 	sandboxes criSandboxes
 }
 
-func (r criRuntime) Image(ctx context.Context, q ImageQuery) (Image, bool, error) {
-	resp, err := r.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: q.spec()})
-	if err != nil || resp.GetImage() == nil {
-		return Image{}, false, err
-	}
-	return imageOf(resp.Image), true, nil
+func (r criRuntime) Image(ctx context.Context, q crireq.ImageQuery) (crireq.Image, bool, error) {
+	return r.image.Image(ctx, q)
 }
 
 // ImageLayers reads the image's config from a verbose ImageStatus: the
@@ -86,14 +83,14 @@ func diffIDsOfInfo(info string) ([]digest.Digest, bool) {
 	return v.ImageSpec.RootFS.DiffIDs, true
 }
 
-func (r criRuntime) Images(ctx context.Context) ([]Image, error) {
+func (r criRuntime) Images(ctx context.Context) ([]crireq.Image, error) {
 	resp, err := r.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Image, 0, len(resp.GetImages()))
+	out := make([]crireq.Image, 0, len(resp.GetImages()))
 	for _, img := range resp.GetImages() {
-		out = append(out, imageOf(img))
+		out = append(out, crireq.ImageOf(img))
 	}
 	return out, nil
 }
@@ -118,31 +115,7 @@ func (r criRuntime) PodUIDs(ctx context.Context) (map[string]bool, error) {
 	return alive, nil
 }
 
-// imageOf is a CRI image in the enforcer's terms.
-func imageOf(img *runtimeapi.Image) Image {
-	names := make([]string, 0, len(img.GetRepoTags())+len(img.GetRepoDigests()))
-	names = append(names, img.GetRepoTags()...)
-	names = append(names, img.GetRepoDigests()...)
-	return Image{ID: img.GetId(), Names: names}
-}
-
 // authOf is a CRI auth in the enforcer's terms.
 func authOf(a *runtimeapi.AuthConfig) Auth {
 	return Auth{Username: a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(), IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
-}
-
-// podOf is the pod a CRI sandbox config names.
-func podOf(sc *runtimeapi.PodSandboxConfig) Pod {
-	p := imagepolicy.PodFromSandbox(sc)
-	return Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Static: p.Static}
-}
-
-// queryOf is a CRI image spec in the enforcer's terms.
-func queryOf(spec *runtimeapi.ImageSpec) ImageQuery {
-	return ImageQuery{Name: spec.GetImage(), UserSpecified: spec.GetUserSpecifiedImage(), RuntimeHandler: spec.GetRuntimeHandler(), Annotations: spec.GetAnnotations()}
-}
-
-// spec is the CRI image spec of q.
-func (q ImageQuery) spec() *runtimeapi.ImageSpec {
-	return &runtimeapi.ImageSpec{Image: q.Name, UserSpecifiedImage: q.UserSpecified, RuntimeHandler: q.RuntimeHandler, Annotations: q.Annotations}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -56,7 +57,7 @@ type RegistryCheck interface {
 //
 // forward is the runtime's pull; it returns the image reference it
 // answered. Verify returns the image ID to answer with.
-func (g *Guard) Verify(ctx context.Context, image string, pod Pod, cred registry.Credential, present string, fl *layerFlight, forward Forward) (string, RegistryVerification, error) {
+func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, present string, fl *layerFlight, forward Forward) (string, RegistryVerification, error) {
 	repo, _ := g.repository(image)
 	var verdict imagepolicy.Verdict
 	decide := func(ctx context.Context, manifest digest.Digest, imageID string) error {
@@ -179,7 +180,7 @@ func (g *Guard) pullBeside(ctx context.Context, image, repo string, req registry
 		return "", res, fmt.Errorf("pulling %s: the registry check ended without the runtime's pull: %w", image, errdefs.ErrInternal)
 	}
 	id := g.imageID(context.WithoutCancel(ctx), image, out.ref)
-	if !imageref.IsID(id) || digestOf(id) != res.ConfigDigest {
+	if !imageref.IsID(id) || crireq.IDDigest(id) != res.ConfigDigest {
 		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return "", res, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
@@ -192,8 +193,8 @@ func (g *Guard) pullBeside(ctx context.Context, image, repo string, req registry
 // for repo (containerd fetched and verified those bytes).
 func (g *Guard) pulledImage(ctx context.Context, image, repo, ref string) (registry.PulledImage, error) {
 	id := g.imageID(ctx, image, ref)
-	p := registry.PulledImage{ImageID: digestOf(id)}
-	img, ok, err := g.runtime.Image(ctx, ImageQuery{Name: id})
+	p := registry.PulledImage{ImageID: crireq.IDDigest(id)}
+	img, ok, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: id})
 	if err != nil || !ok {
 		// Not a word on the manifest: the registry's is taken whole.
 		return p, nil
@@ -240,7 +241,7 @@ func (g *Guard) registryWord(ctx context.Context, image string, res registry.Res
 }
 
 // checkFailed is a refused try: the operator's log names the registry and
-// the cause; the pod's owner reads registryRefusal.
+// the cause; the pod's owner reads crireq.RegistryRefusal.
 func (g *Guard) checkFailed(ctx context.Context, image string, err error) error {
 	switch {
 	case errors.Is(err, registry.ErrDenied):
@@ -250,38 +251,5 @@ func (g *Guard) checkFailed(ctx context.Context, image string, err error) error 
 	case errors.Is(err, registry.ErrUnreachable):
 		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
 	}
-	return registryRefusal(image, err)
-}
-
-// registryRefusal is a registry check that failed, as the client sees it:
-// the image as the pod named it and the registry's short reason, nothing
-// of another tenant's; a refusal is PermissionDenied, a registry that
-// cannot be asked Unavailable, an answer that is not the image Aborted
-// (retry).
-func registryRefusal(image string, err error) error {
-	var rerr *registry.Error
-	reason := "the registry check could not be made"
-	if errors.As(err, &rerr) && rerr.Reason != "" {
-		reason = rerr.Reason
-	}
-	var code error
-	switch {
-	case errors.Is(err, registry.ErrDenied):
-		code = errdefs.ErrPermissionDenied
-	case errors.Is(err, registry.ErrMoved):
-		code = errdefs.ErrAborted
-	case errors.Is(err, registry.ErrUnreachable):
-		code = errdefs.ErrUnavailable
-	default:
-		code = errdefs.ErrInvalidArgument
-	}
-	return fmt.Errorf("pulling %s: %s: %w", image, reason, code)
-}
-
-// digestOf is an image ID as a digest.
-func digestOf(id string) digest.Digest {
-	if d, err := digest.Parse(id); err == nil {
-		return d
-	}
-	return digest.Digest("sha256:" + id)
+	return crireq.RegistryRefusal(image, err)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 func TestImport(t *testing.T) {
@@ -101,19 +102,19 @@ func (n node) images() ([]records.Image, error) {
 }
 
 // Image, Images, ImageLayers, PodUID and PodUIDs make node an ensure.Runtime.
-func (n node) Image(_ context.Context, q ensure.ImageQuery) (ensure.Image, bool, error) {
+func (n node) Image(_ context.Context, q crireq.ImageQuery) (crireq.Image, bool, error) {
 	for id, names := range n {
 		if id == q.Name || slices.Contains(names, q.Name) {
-			return ensure.Image{ID: id, Names: names}, true, nil
+			return crireq.Image{ID: id, Names: names}, true, nil
 		}
 	}
-	return ensure.Image{}, false, nil
+	return crireq.Image{}, false, nil
 }
 
-func (n node) Images(context.Context) ([]ensure.Image, error) {
-	var out []ensure.Image
+func (n node) Images(context.Context) ([]crireq.Image, error) {
+	var out []crireq.Image
 	for id, names := range n {
-		out = append(out, ensure.Image{ID: id, Names: names})
+		out = append(out, crireq.Image{ID: id, Names: names})
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package imagepolicy
+package crireq
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-func TestPodFromSandbox(t *testing.T) {
+func TestPodOf(t *testing.T) {
 	t.Parallel()
 	md := &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "secure", Uid: "uid-1"}
 	for _, tc := range []struct {
@@ -23,7 +23,7 @@ func TestPodFromSandbox(t *testing.T) {
 		{"no sandbox config is no pod", nil, Pod{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := PodFromSandbox(tc.cfg); got != tc.want {
+			if got := PodOf(tc.cfg); got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

@@ -1,0 +1,125 @@
+package crireq
+
+import (
+	"context"
+
+	digest "github.com/opencontainers/go-digest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
+)
+
+// Image is an image of the node.
+type Image struct {
+	ID    string
+	Names []string // the references it is listed under: tags and digests
+}
+
+// ImageOf is a CRI image as an Image.
+func ImageOf(img *runtimeapi.Image) Image {
+	names := make([]string, 0, len(img.GetRepoTags())+len(img.GetRepoDigests()))
+	names = append(names, img.GetRepoTags()...)
+	names = append(names, img.GetRepoDigests()...)
+	return Image{ID: img.GetId(), Names: names}
+}
+
+// Images answers which image of the node a query names, as the runtime
+// resolves it. RuntimeImages is the runtime's.
+type Images interface {
+	// Image returns the image q names (by name, image ID or ID prefix); ok
+	// is false when the runtime has no such image. An error is the
+	// runtime's, unchanged (its gRPC code tells an answer about the name
+	// from no answer at all: RuntimeAnswered).
+	Image(ctx context.Context, q ImageQuery) (img Image, ok bool, err error)
+}
+
+// ImageStatusClient is the part of the runtime's ImageService that
+// answers for one image; the generated client satisfies it.
+type ImageStatusClient interface {
+	ImageStatus(ctx context.Context, in *runtimeapi.ImageStatusRequest, opts ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error)
+}
+
+// RuntimeImages is the Images of a runtime: its ImageStatus, asked
+// directly (around the proxy's interceptors).
+func RuntimeImages(c ImageStatusClient) Images { return runtimeImages{c} }
+
+type runtimeImages struct{ c ImageStatusClient }
+
+func (r runtimeImages) Image(ctx context.Context, q ImageQuery) (Image, bool, error) {
+	resp, err := r.c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: q.spec()})
+	if err != nil || resp.GetImage() == nil {
+		return Image{}, false, err
+	}
+	return ImageOf(resp.Image), true, nil
+}
+
+// Resolve returns the image q names, as the runtime answers (a zero Image
+// when absent), and the repository it is known under: the repository of
+// the name the pod gave or the name asked, when the image is listed under
+// it; "" when it cannot be told (a lookup by ID, or a name the image is
+// not listed under). names parses, remembered.
+func Resolve(ctx context.Context, images Images, names *imageref.Names, q ImageQuery) (Image, string, error) {
+	img, ok, err := images.Image(ctx, q)
+	if err != nil || !ok {
+		return Image{}, "", err
+	}
+	for _, name := range []string{q.UserSpecified, q.Name} {
+		if n := names.Parse(name); n.OK && ListedAs(names, n.Repository, img.Names) {
+			return img, n.Repository, nil
+		}
+	}
+	return img, "", nil
+}
+
+// ListedAs reports whether one of the references of lists (the names the
+// runtime lists an image under) is of repository repo.
+func ListedAs(names *imageref.Names, repo string, lists ...[]string) bool {
+	for _, list := range lists {
+		for _, r := range list {
+			if n := names.Parse(r); n.OK && n.Repository == repo {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ImageID returns the image ID a pull's image_ref stands for: the ref
+// itself when it is an ID (containerd), else what the runtime answers for
+// the name pulled (a runtime that answers a repo digest). When it cannot
+// be told, the ref is kept: what is keyed on it can only be missed, never
+// match another image.
+func ImageID(ctx context.Context, images Images, name, ref string) string {
+	if imageref.IsID(ref) {
+		return ref
+	}
+	if img, ok, err := images.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
+		return img.ID
+	}
+	return ref
+}
+
+// IDDigest is an image ID as a digest (a bare hex ID is sha256's).
+func IDDigest(id string) digest.Digest {
+	if d, err := digest.Parse(id); err == nil {
+		return d
+	}
+	return digest.Digest("sha256:" + id)
+}
+
+// RuntimeAnswered reports whether an ImageStatus error for name is the
+// runtime's answer about the name (it cannot be parsed, or is not found),
+// as opposed to the runtime not answering at all (down, restarting,
+// overloaded). A name that can name no image is answered whatever the
+// code: containerd 1.6 says Unknown for a name that is no reference and
+// no ID prefix, and no runtime could resolve it to an image.
+func RuntimeAnswered(err error, name string) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound:
+		return true
+	}
+	return imageref.NamesNoImage(name)
+}
