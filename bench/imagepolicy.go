@@ -22,6 +22,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/signtest"
@@ -307,7 +308,7 @@ func (e *benchEnv) policyGuards() (alone, with *ensure.Guard, err error) {
 	direct := runtimeapi.NewImageServiceClient(e.direct)
 	pull := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: e.ensure.public}, SandboxConfig: e.policy.policyPodCfg}
 	var guards []*ensure.Guard
-	for _, policy := range []ensure.ImagePolicy{nil, engine} {
+	for _, policy := range []ensure.ImagePolicy{nil, cri.NewGate(engine, nil, nil)} {
 		p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
 		store, err := records.Open(filepath.Join(e.work, fmt.Sprintf("guard-%d.db", len(guards))), records.Options{})
 		if err != nil {

@@ -31,7 +31,7 @@ func (g *Guard) admitOne(ctx context.Context, pod crireq.Pod, use crireq.ImageUs
 	if err := g.admitEnsure(ctx, pod, use, img, repo, err); err != nil {
 		return err
 	}
-	return g.imagePolicy.admit(ctx, pod, use, img, repo, err)
+	return g.imagePolicy.Admit(ctx, pod, use, img, repo, err)
 }
 
 // admitEnsure is ensure's decision on one image of a container: img as

@@ -16,6 +16,8 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 // BenchmarkGuardImageStatus is the guard's own cost on ImageStatus, with
@@ -73,7 +75,7 @@ func BenchmarkGuardCreateContainer(b *testing.B) {
 	engine := benchPolicyEngine(b)
 	for _, tc := range []struct {
 		name   string
-		policy ensure.ImagePolicy
+		policy cri.Policy
 		hooks  bool
 	}{
 		{"ensure alone", nil, false},
@@ -84,11 +86,15 @@ func BenchmarkGuardCreateContainer(b *testing.B) {
 			node := newFakeNode()
 			node.serve(signedImage, refSigned, "")
 			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
-			g, err := ensure.NewGuard(ensuretest.NewMemoryStore(), p, ensure.CRIRuntime(node, node), ensure.GuardOptions{Registry: node, ImagePolicy: tc.policy})
+			opts := ensure.GuardOptions{Registry: node}
+			if tc.policy != nil {
+				opts.ImagePolicy = cri.NewGate(tc.policy, nil, nil)
+			}
+			g, err := ensure.NewGuard(ensuretest.NewMemoryStore(), p, ensure.CRIRuntime(node, node), opts)
 			if err != nil {
 				b.Fatal(err)
 			}
-			hooks := ensure.NewPolicyHooks(engine, node, ensure.CRIRuntime(node, node), nil)
+			hooks := cri.NewHooks(engine, node, crireq.RuntimeImages(node), nil)
 			ctx := context.Background()
 			pull := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: signedImage}, SandboxConfig: podSecure.sandbox()}
 			var create func(context.Context, *runtimeapi.CreateContainerRequest, criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error)

@@ -44,7 +44,7 @@
 //
 // # Image policy (#23)
 //
-// With an ImagePolicy (package imagepolicy), the Guard also decides, after
+// With an ImagePolicy (package imagepolicy/cri), the Guard also decides, after
 // ensure's own decision: each try of a pull on the manifest digest the
 // image's registry resolved for it, before the runtime pulls (Verify; the
 // runtime's image must then be the one the registry answered, so the pull
@@ -53,8 +53,9 @@
 // repository it is named or listed under and the repo digest the runtime
 // recorded (Admit). A refusal is PermissionDenied with the policy's short
 // reason; a runtime that cannot answer is Unavailable where a provider
-// applies. With ensure off, PolicyHooks make the same decisions with a
-// registry check and runtime questions of their own (policyhooks.go).
+// applies. With ensure off, image policy's own hooks (package
+// imagepolicy/cri) make the same decisions with a registry check and
+// runtime questions of their own.
 //
 // # Shape
 //

@@ -147,8 +147,8 @@ type Guard struct {
 	registry RegistryCheck
 	// credentials is nil without credential injection.
 	credentials Credentials
-	// imagePolicy is nil without an image policy.
-	imagePolicy *policyGate
+	// imagePolicy is noImagePolicy without an image policy.
+	imagePolicy ImagePolicy
 
 	// leftover are the intents found at start: pulls a crash interrupted.
 	// Until Recover settles them, their repositories count as pulls in
@@ -164,6 +164,10 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 	g := &Guard{
 		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials,
+		imagePolicy: opts.ImagePolicy,
+	}
+	if g.imagePolicy == nil {
+		g.imagePolicy = noImagePolicy{}
 	}
 	g.writes = &writeHealth{}
 	g.verifications = newVerificationTable(4096)
@@ -173,8 +177,6 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 	}
 	g.setLeftover(leftover)
 	g.SetExpiry(opts.Expiry)
-	cached, _ := opts.Pods.(cachedPods)
-	g.imagePolicy = newPolicyGate(opts.ImagePolicy, cached, &g.names, opts.Logger)
 	if g.clock == nil {
 		g.clock = clock.RealClock{}
 	}

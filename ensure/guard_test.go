@@ -20,6 +20,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
@@ -53,8 +54,9 @@ type setup struct {
 	// each pull (GuardOptions.Registry), the verifier innermost, as the
 	// daemon chains it.
 	checked bool
-	// imagePolicy, when set, is the guard's image policy.
-	imagePolicy ensure.ImagePolicy
+	// imagePolicy, when set, is the guard's image policy; its gate reads
+	// the pods' service accounts from pods, when set.
+	imagePolicy cri.Policy
 	// pods, when set, is the guard's Kubernetes API.
 	pods ensure.NodePods
 	// credentials, when set, is the guard's credential injection.
@@ -101,7 +103,10 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 		Logger: slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	opts.Registry = s.registryCheck()
-	opts.ImagePolicy = s.imagePolicy
+	if s.imagePolicy != nil {
+		pods, _ := s.pods.(cri.Pods)
+		opts.ImagePolicy = cri.NewGate(s.imagePolicy, pods, opts.Logger)
+	}
 	opts.Pods = s.pods
 	opts.Credentials = s.credentials
 	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), opts); err != nil {

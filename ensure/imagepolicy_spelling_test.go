@@ -17,6 +17,8 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 // spellingEngine is the real image policy engine with one exec plugin,
@@ -106,8 +108,8 @@ var spellings = []struct{ host, told string }{
 }
 
 // imagePolicyPath is one way image policy sits on the CRI path: the guard
-// (ensure on) or PolicyHooks (ensure off), over a fake node serving every
-// spelling of the signed and unsigned images.
+// (ensure on) or image policy's own hooks (ensure off: cri.Hooks), over a
+// fake node serving every spelling of the signed and unsigned images.
 type imagePolicyPath struct {
 	node *fakeNode
 	pull func(p pod, image string) error
@@ -115,7 +117,7 @@ type imagePolicyPath struct {
 	create func(p pod, ref, image string) error
 }
 
-func imagePolicyPaths(t *testing.T, engine ensure.ImagePolicy, serve func(n *fakeNode)) map[string]imagePolicyPath {
+func imagePolicyPaths(t *testing.T, engine cri.Policy, serve func(n *fakeNode)) map[string]imagePolicyPath {
 	ctx := context.Background()
 	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
 	s.checked = true
@@ -124,7 +126,7 @@ func imagePolicyPaths(t *testing.T, engine ensure.ImagePolicy, serve func(n *fak
 	s.restart(t, ensure.NeverVerifyPreloadedImages)
 	n := newFakeNode()
 	serve(n)
-	h := ensure.NewPolicyHooks(engine, n, ensure.CRIRuntime(n, n), slog.New(slog.DiscardHandler))
+	h := cri.NewHooks(engine, n, crireq.RuntimeImages(n), slog.New(slog.DiscardHandler))
 	return map[string]imagePolicyPath{
 		"ensure on": {node: s.node,
 			pull: func(p pod, image string) error {

@@ -2,8 +2,6 @@ package ensure_test
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +19,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 )
 
-// fakePolicy is an image policy (ensure.ImagePolicy) that requires a
+// fakePolicy is an image policy (cri.Policy) that requires a
 // signature in some namespaces: it allows a manifest digest it holds as
 // signed, and an image ID a verdict was bound to for that namespace.
 type fakePolicy struct {
@@ -275,116 +273,6 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 			t.Errorf("the image policy was asked %+v", asked)
 		}
 	})
-}
-
-// TestImagePolicyWithoutEnsure: with ensure off, PolicyHooks make the same
-// decisions with a registry check and runtime questions of their own; a
-// namespace without a policy asks neither.
-func TestImagePolicyWithoutEnsure(t *testing.T) {
-	t.Parallel()
-	type hooks struct {
-		node *fakeNode
-		h    *ensure.PolicyHooks
-		f    *fakePolicy
-	}
-	newHooks := func() hooks {
-		n := newFakeNode()
-		n.serve(signedImage, refSigned, "")
-		n.serve(unsignedImage, refUnsigned, "")
-		f := newFakePolicy("secure")
-		f.sign(refSigned)
-		return hooks{n, ensure.NewPolicyHooks(f, n, ensure.CRIRuntime(n, n), slog.New(slog.DiscardHandler)), f}
-	}
-	pullAs := func(x hooks, p pod, image string, next func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) error {
-		_, err := x.h.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, SandboxConfig: p.sandbox()}, next)
-		return toStatus(err)
-	}
-	createAs := func(x hooks, p pod, ref string, volumes ...string) error {
-		cfg := &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: ref}}
-		for _, v := range volumes {
-			cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: "/vol", Image: &runtimeapi.ImageSpec{Image: v}})
-		}
-		_, err := x.h.CreateContainer(context.Background(), &runtimeapi.CreateContainerRequest{Config: cfg, SandboxConfig: p.sandbox()}, x.node.CreateContainer)
-		return toStatus(err)
-	}
-	for _, tc := range []struct {
-		name string
-		run  func(t *testing.T, x hooks)
-	}{
-		{"a signed image is pulled, then created from the bound verdict", func(t *testing.T, x hooks) {
-			if err := pullAs(x, podSecure, signedImage, x.node.PullImage); err != nil {
-				t.Fatal(err)
-			}
-			if err := createAs(x, podSecure, refSigned); err != nil {
-				t.Errorf("create: %v", err)
-			}
-			if x.node.registryChecks() != 1 {
-				t.Errorf("%d registry checks, want 1", x.node.registryChecks())
-			}
-		}},
-		{"an unsigned image is refused at pull and the runtime never pulls", func(t *testing.T, x hooks) {
-			if err := pullAs(x, podSecure, unsignedImage, x.node.PullImage); status.Code(err) != codes.PermissionDenied {
-				t.Errorf("got %v, want PermissionDenied", err)
-			}
-			if x.node.registryRequests() != 0 {
-				t.Errorf("the runtime pulled")
-			}
-		}},
-		{"an unsigned image already on the node is refused at create, and as an image volume", func(t *testing.T, x hooks) {
-			if err := pullAs(x, podOther, unsignedImage, x.node.PullImage); err != nil {
-				t.Fatal(err)
-			}
-			if err := pullAs(x, podSecure, signedImage, x.node.PullImage); err != nil {
-				t.Fatal(err)
-			}
-			for _, ref := range []string{refUnsigned, unsignedImage} {
-				if err := createAs(x, podSecure, ref); status.Code(err) != codes.PermissionDenied {
-					t.Errorf("%s: %v, want PermissionDenied", ref, err)
-				}
-			}
-			if err := createAs(x, podSecure, refSigned, refUnsigned); status.Code(err) != codes.PermissionDenied {
-				t.Errorf("volume: %v, want PermissionDenied", err)
-			}
-		}},
-		{"the tag moved between the registry's answer and the runtime's pull: Aborted, nothing bound", func(t *testing.T, x hooks) {
-			err := pullAs(x, podSecure, signedImage, func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-				x.node.put(signedImage, refUnsigned)
-				return &runtimeapi.PullImageResponse{ImageRef: refUnsigned}, nil
-			})
-			if status.Code(err) != codes.Aborted {
-				t.Errorf("got %v, want Aborted", err)
-			}
-			if err := createAs(x, podSecure, refUnsigned); status.Code(err) != codes.PermissionDenied {
-				t.Errorf("create of what the runtime pulled: %v, want PermissionDenied", err)
-			}
-		}},
-		{"a registry that cannot be asked refuses the pull where a policy applies", func(t *testing.T, x hooks) {
-			x.node.registryErr = errors.New("dial tcp: connection refused")
-			if err := pullAs(x, podSecure, signedImage, x.node.PullImage); err == nil {
-				t.Errorf("pulled")
-			}
-			if err := pullAs(x, podOther, signedImage, x.node.PullImage); err != nil {
-				t.Errorf("other namespace: %v", err)
-			}
-		}},
-		{"a namespace without a policy asks neither the registry nor the runtime", func(t *testing.T, x hooks) {
-			x.node.setStatusErr(status.Error(codes.Unavailable, "down"))
-			if err := pullAs(x, podOther, unsignedImage, x.node.PullImage); err != nil {
-				t.Fatal(err)
-			}
-			if err := createAs(x, podOther, refUnsigned); err != nil {
-				t.Errorf("create: %v", err)
-			}
-			if x.node.registryChecks() != 0 || len(x.f.subjects()) != 0 {
-				t.Errorf("%d registry checks, the policy asked", x.node.registryChecks())
-			}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.run(t, newHooks())
-		})
-	}
 }
 
 // TestImagePolicyEngineBindsThePullsVerdict: with the real engine and an

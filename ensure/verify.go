@@ -61,7 +61,7 @@ func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred r
 	repo, _ := g.repository(image)
 	var verdict imagepolicy.Verdict
 	decide := func(ctx context.Context, manifest digest.Digest, imageID string) error {
-		v, err := g.imagePolicy.pull(ctx, image, pod, cred, registry.Result{ManifestDigest: manifest}, imageID)
+		v, err := g.imagePolicy.Pull(ctx, image, pod, cred, manifest, imageID)
 		verdict = v
 		if err != nil {
 			return policyRefusal{err}
@@ -72,7 +72,7 @@ func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred r
 		ProveLayers: g.layerChooser(image, repo, fl, cred.Kind() == registry.KindAnonymous),
 		Resolved:    func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") },
 	}
-	if g.imagePolicy.nameDecides(pod, image) {
+	if g.imagePolicy.NameDecides(pod, image) {
 		// No provider applies: the namespace's no-match policy decides on
 		// the name, before the runtime is asked (a Deny namespace pulls
 		// nothing it refuses).
@@ -101,7 +101,7 @@ func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred r
 		res, err := g.registry.Check(ctx, req)
 		switch {
 		case err == nil:
-			g.imagePolicy.bind(verdict, present)
+			g.imagePolicy.Bind(verdict, present)
 			return present, g.registryWord(ctx, image, res, present, true), nil
 		case errors.Is(err, registry.ErrMoved):
 			// The tag moved since the image came to the node: the runtime
@@ -116,7 +116,7 @@ func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred r
 	if err != nil {
 		return "", RegistryVerification{}, err
 	}
-	g.imagePolicy.bind(verdict, res.ConfigDigest.String())
+	g.imagePolicy.Bind(verdict, res.ConfigDigest.String())
 	return pulled, g.registryWord(ctx, image, res, res.ConfigDigest.String(), false), nil
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 )
@@ -158,11 +160,11 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 		return nil, errors.New("ensureSecretPulledImages: no registry check was built")
 	}
 	opts := ensure.GuardOptions{Logger: d.log, Registerer: d.reg, GracePeriod: e.GracePeriod.Duration, Registry: d.registry, Expiry: e.Expiry()}
-	if d.policy != nil {
-		opts.ImagePolicy = d.policy
-	}
 	if d.identity != nil {
 		opts.Pods = d.identity
+	}
+	if d.policy != nil {
+		opts.ImagePolicy = cri.NewGate(d.policy, d.cachedPods(), d.log)
 	}
 	if d.injector != nil {
 		// The guard runs credential injection's tries itself, each checked
@@ -177,9 +179,19 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 // its own hooks, with the registry check, so that pulls are still decided
 // on the digest the registry resolves and pinned to it.
 func (d *daemon) policyOnly() *enforcement {
-	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
-	hooks := ensure.NewPolicyHooks(d.policy, d.registry, rt, d.log)
+	images := crireq.RuntimeImages(runtimeapi.NewImageServiceClient(d.backend.Image))
+	hooks := cri.NewHooks(d.policy, d.registry, images, d.log)
 	return &enforcement{interceptors: hooks.Interceptors(), inner: hooks.InnerInterceptors()}
+}
+
+// cachedPods is the informer's cache of the node's pods, which tells image
+// policy plugins a pod's service account; nil without the kubernetes
+// section.
+func (d *daemon) cachedPods() cri.Pods {
+	if d.identity == nil {
+		return nil
+	}
+	return d.identity
 }
 
 // ensurePolicy is the verification policy e configures.

@@ -1,4 +1,4 @@
-package ensure
+package cri
 
 import (
 	"context"
@@ -15,47 +15,43 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
-// PolicyHooks are image policy's CRI hooks on a proxy that does not
-// enforce ensure (#23): the Guard's image policy decisions, with a
-// registry check and runtime questions of their own, so that every path by
-// which an image reaches a container passes the same decision whether
-// ensure is on or off. A namespace no provider applies to costs nothing:
-// its calls are forwarded without a question to the registry or the
-// runtime.
-type PolicyHooks struct {
-	gate     *policyGate
-	registry registryResolver
-	runtime  Runtime
+// Hooks are image policy's CRI hooks on a proxy that does not enforce
+// ensure: the Gate's decisions, with a registry check and runtime
+// questions of their own, so that every path by which an image reaches a
+// container passes the same decision whether ensure is on or off. A
+// namespace no provider applies to costs nothing: its calls are forwarded
+// without a question to the registry or the runtime.
+type Hooks struct {
+	gate     *Gate
+	registry Registry
+	images   crireq.Images
 	log      *slog.Logger
-	names    imageref.Names
 }
 
-// registryResolver asks an image's registry which digest a name resolves
-// to, for a credential; *registry.Checker is the real one.
-type registryResolver interface {
+// Registry asks an image's registry which digest a name resolves to, for
+// a credential; *registry.Checker is the real one.
+type Registry interface {
 	Check(ctx context.Context, r registry.Request) (registry.Result, error)
 }
 
-// NewPolicyHooks returns the hooks of policy, asking reg for the digest a
-// pull resolves to and rt which image a container uses.
-func NewPolicyHooks(policy ImagePolicy, reg registryResolver, rt Runtime, log *slog.Logger) *PolicyHooks {
+// NewHooks returns the hooks of policy, asking reg for the digest a pull
+// resolves to and images which image a container uses.
+func NewHooks(policy Policy, reg Registry, images crireq.Images, log *slog.Logger) *Hooks {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &PolicyHooks{registry: reg, runtime: rt, log: log}
-	h.gate = newPolicyGate(policy, nil, &h.names, log)
-	return h
+	return &Hooks{gate: NewGate(policy, nil, log), registry: reg, images: images, log: log}
 }
 
 // Interceptors are the outer hooks, for criproxy.New: CreateContainer.
-func (h *PolicyHooks) Interceptors() []criproxy.Interceptor {
+func (h *Hooks) Interceptors() []criproxy.Interceptor {
 	return []criproxy.Interceptor{criproxy.Intercept(criproxy.CreateContainer, h.CreateContainer)}
 }
 
 // InnerInterceptors are the innermost hooks, after credential injection,
 // so that each try of a pull is decided with the credential it goes with:
 // PullImage.
-func (h *PolicyHooks) InnerInterceptors() []criproxy.Interceptor {
+func (h *Hooks) InnerInterceptors() []criproxy.Interceptor {
 	return []criproxy.Interceptor{criproxy.Intercept(criproxy.PullImage, h.PullImage).Innermost()}
 }
 
@@ -65,7 +61,7 @@ func (h *PolicyHooks) InnerInterceptors() []criproxy.Interceptor {
 // image must then be the one the registry answered, else the pull is
 // refused (Aborted: the tag moved in between). A registry that cannot be
 // asked refuses the pull when a provider applies.
-func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
+func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest, next criproxy.Next[runtimeapi.PullImageRequest, runtimeapi.PullImageResponse]) (*runtimeapi.PullImageResponse, error) {
 	image := req.GetImage().GetImage()
 	pod := crireq.PodOf(req.GetSandboxConfig())
 	repo := h.gate.repository(image)
@@ -80,7 +76,7 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 		// the name alone, with no question to the registry (a registry that
 		// cannot be asked refuses nothing it allows).
 		if h.gate.policy.NoMatchPolicy(pod.Namespace) != imagepolicy.NoMatchAllow {
-			if _, err := h.gate.pull(ctx, image, pod, cred, registry.Result{}, ""); err != nil {
+			if _, err := h.gate.Pull(ctx, image, pod, cred, "", ""); err != nil {
 				return nil, err
 			}
 		}
@@ -91,7 +87,7 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 		h.log.WarnContext(ctx, "image policy: the image's registry did not resolve the pull; refused", "image", image, "pod", pod.String(), "err", err)
 		return nil, crireq.RegistryRefusal(image, err)
 	}
-	v, err := h.gate.pull(ctx, image, pod, cred, res, "")
+	v, err := h.gate.Pull(ctx, image, pod, cred, res.ManifestDigest, "")
 	if err != nil {
 		return nil, err
 	}
@@ -99,19 +95,19 @@ func (h *PolicyHooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRe
 	if err != nil {
 		return nil, err
 	}
-	id := crireq.ImageID(context.WithoutCancel(ctx), h.runtime, image, resp.GetImageRef())
+	id := crireq.ImageID(context.WithoutCancel(ctx), h.images, image, resp.GetImageRef())
 	if !imageref.IsID(id) || crireq.IDDigest(id) != res.ConfigDigest {
 		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved; refused",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return nil, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
-	h.gate.bind(v, id)
+	h.gate.Bind(v, id)
 	return resp, nil
 }
 
 // CreateContainer decides every image the container would see (its image
 // and each image volume, by name, ID or ID prefix) for the pod's namespace.
-func (h *PolicyHooks) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
+func (h *Hooks) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest, next criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error) {
 	if err := crireq.CreateShape(req); err != nil {
 		return nil, err
 	}
@@ -120,8 +116,8 @@ func (h *PolicyHooks) CreateContainer(ctx context.Context, req *runtimeapi.Creat
 		return next(ctx, req) // nothing of the namespace can refuse or count: no runtime question
 	}
 	for _, use := range crireq.ContainerImages(req.GetConfig()) {
-		img, repo, err := crireq.Resolve(ctx, h.runtime, &h.names, use.Image)
-		if err := h.gate.admit(ctx, pod, use, img, repo, err); err != nil {
+		img, repo, err := crireq.Resolve(ctx, h.images, &h.gate.names, use.Image)
+		if err := h.gate.Admit(ctx, pod, use, img, repo, err); err != nil {
 			return nil, err
 		}
 	}
