@@ -94,7 +94,7 @@ func BenchmarkGuardCreateContainer(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			hooks := cri.NewHooks(engine, node, crireq.RuntimeImages(node), nil)
+			hooks := cri.NewHooks(engine, nil, node, crireq.RuntimeImages(node), nil)
 			ctx := context.Background()
 			pull := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: signedImage}, SandboxConfig: podSecure.sandbox()}
 			var create func(context.Context, *runtimeapi.CreateContainerRequest, criproxy.Next[runtimeapi.CreateContainerRequest, runtimeapi.CreateContainerResponse]) (*runtimeapi.CreateContainerResponse, error)

@@ -126,7 +126,7 @@ func imagePolicyPaths(t *testing.T, engine cri.Policy, serve func(n *fakeNode)) 
 	s.restart(t, ensure.NeverVerifyPreloadedImages)
 	n := newFakeNode()
 	serve(n)
-	h := cri.NewHooks(engine, n, crireq.RuntimeImages(n), slog.New(slog.DiscardHandler))
+	h := cri.NewHooks(engine, nil, n, crireq.RuntimeImages(n), slog.New(slog.DiscardHandler))
 	return map[string]imagePolicyPath{
 		"ensure on": {node: s.node,
 			pull: func(p pod, image string) error {

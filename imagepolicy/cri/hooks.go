@@ -34,13 +34,15 @@ type Registry interface {
 	Check(ctx context.Context, r registry.Request) (registry.Result, error)
 }
 
-// NewHooks returns the hooks of policy, asking reg for the digest a pull
-// resolves to and images which image a container uses.
-func NewHooks(policy Policy, reg Registry, images crireq.Images, log *slog.Logger) *Hooks {
+// NewHooks returns the hooks of policy (required), asking reg for the
+// digest a pull resolves to and images which image a container uses.
+// pods, nil without the Kubernetes API, tells the plugins a pod's service
+// account, as the guard's gate does.
+func NewHooks(policy Policy, pods Pods, reg Registry, images crireq.Images, log *slog.Logger) *Hooks {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Hooks{gate: NewGate(policy, nil, log), registry: reg, images: images, log: log}
+	return &Hooks{gate: NewGate(policy, pods, log), registry: reg, images: images, log: log}
 }
 
 // Interceptors are the outer hooks, for criproxy.New: CreateContainer.

@@ -8,6 +8,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
@@ -28,7 +31,7 @@ func newHooks() hooks {
 	n.serve(unsignedImage, refUnsigned)
 	f := newFakePolicy("secure")
 	f.sign(refSigned)
-	return hooks{n, cri.NewHooks(f, n, n, slog.New(slog.DiscardHandler)), f}
+	return hooks{n, cri.NewHooks(f, nil, n, n, slog.New(slog.DiscardHandler)), f}
 }
 
 // pull pulls image for p through the hooks, the runtime's pull being next.
@@ -150,6 +153,62 @@ func TestImagePolicyWithoutEnsure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, newHooks())
+		})
+	}
+}
+
+// pods is the informer's cache (cri.Pods): the pods it holds, by UID.
+type pods map[string]*corev1.Pod
+
+func (p pods) CachedPod(namespace, name, uid string) *corev1.Pod {
+	if pod := p[uid]; pod != nil && pod.Namespace == namespace && pod.Name == name {
+		return pod
+	}
+	return nil
+}
+
+// TestThePluginsAreToldThePodsServiceAccount: with ensure off, as with it
+// on, the plugins are told the service account of a pod the informer
+// holds, at pull and at create; without the API, or for a pod it does not
+// hold, none.
+func TestThePluginsAreToldThePodsServiceAccount(t *testing.T) {
+	t.Parallel()
+	cached := pods{podSecure.uid: {
+		ObjectMeta: metav1.ObjectMeta{Namespace: podSecure.ns, Name: "pod-" + podSecure.uid, UID: types.UID(podSecure.uid)},
+		Spec:       corev1.PodSpec{ServiceAccountName: "web"},
+	}}
+	for _, tc := range []struct {
+		name string
+		pods cri.Pods
+		pod  pod
+		want string
+	}{
+		{"a pod the informer holds: its service account", cached, podSecure, "web"},
+		{"a pod the informer does not hold: none", cached, pod{uid: "s2", ns: "secure"}, ""},
+		{"no Kubernetes API: none", nil, podSecure, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode()
+			n.serve(signedImage, refSigned)
+			f := newFakePolicy("secure")
+			f.sign(refSigned)
+			x := hooks{n, cri.NewHooks(f, tc.pods, n, n, slog.New(slog.DiscardHandler)), f}
+			if err := x.pull(tc.pod, signedImage, n.PullImage); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.create(tc.pod, refSigned); err != nil {
+				t.Fatal(err)
+			}
+			asked := f.subjects()
+			if len(asked) != 2 {
+				t.Fatalf("asked %+v; want a pull and a create", asked)
+			}
+			for _, s := range asked {
+				if s.Pod.ServiceAccount != tc.want || s.Pod.UID != tc.pod.uid {
+					t.Errorf("%s: told the pod %+v, want service account %q", s.Call, s.Pod, tc.want)
+				}
+			}
 		})
 	}
 }

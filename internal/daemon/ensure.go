@@ -179,9 +179,15 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 // its own hooks, with the registry check, so that pulls are still decided
 // on the digest the registry resolves and pinned to it.
 func (d *daemon) policyOnly() *enforcement {
-	images := crireq.RuntimeImages(runtimeapi.NewImageServiceClient(d.backend.Image))
-	hooks := cri.NewHooks(d.policy, d.registry, images, d.log)
+	hooks := d.policyHooks(crireq.RuntimeImages(runtimeapi.NewImageServiceClient(d.backend.Image)))
 	return &enforcement{interceptors: hooks.Interceptors(), inner: hooks.InnerInterceptors()}
+}
+
+// policyHooks are the image policy's own hooks, asking images (the
+// runtime) which image a container uses, with all the guard's gate has:
+// the registry check, and the informer's pods for the plugins.
+func (d *daemon) policyHooks(images crireq.Images) *cri.Hooks {
+	return cri.NewHooks(d.policy, d.cachedPods(), d.registry, images, d.log)
 }
 
 // cachedPods is the informer's cache of the node's pods, which tells image
