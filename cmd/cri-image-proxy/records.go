@@ -23,7 +23,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullreport"
 )
 
@@ -311,13 +310,13 @@ holds are settled then, as after a crash.`,
 			if err != nil {
 				return fmt.Errorf("%w (nothing restored)", err)
 			}
-			images, err := f.listImages(cmd.Context())
+			images, err := f.nodeImages(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("the images on the node must be known to mark those the backup does not know: %w (nothing restored; start the runtime, or give --runtime-endpoint)", err)
 			}
-			present, err := withoutPreloaded(images, names)
+			present, err := records.WithoutPreloaded(images, names)
 			if err != nil {
-				return fmt.Errorf("%w (nothing restored)", err)
+				return fmt.Errorf("--preloaded %w (nothing restored)", err)
 			}
 			layers, err := f.preloadedLayers(cmd.Context(), images, present)
 			if err != nil {
@@ -369,68 +368,7 @@ func readPreloaded(flags []string, file string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--preloaded-from: %w", err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if line, _, _ = strings.Cut(line, "#"); strings.TrimSpace(line) != "" {
-			names = append(names, strings.TrimSpace(line))
-		}
-	}
-	return names, nil
-}
-
-// withoutPreloaded is the node's images less those named preloaded: an ID
-// takes out the whole image, a name the repository it names (and the
-// image when none of its repositories is left). A name or ID that matches
-// no image is an error: the operator meant something else.
-func withoutPreloaded(images []ensure.Image, preloaded []string) ([]records.Image, error) {
-	wholly := map[string]bool{}            // image ID
-	byRepo := map[string]map[string]bool{} // image ID -> repository
-	for _, p := range preloaded {
-		found := false
-		for _, img := range images {
-			switch {
-			case imageref.IsID(p):
-				if img.ID == p || img.ID == "sha256:"+p {
-					wholly[img.ID], found = true, true
-				}
-			case listedAs(img, p):
-				repo, _ := imageref.Repository(p)
-				if byRepo[img.ID] == nil {
-					byRepo[img.ID] = map[string]bool{}
-				}
-				byRepo[img.ID][repo], found = true, true
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("--preloaded %s: no such image on the node", p)
-		}
-	}
-	var out []records.Image
-	for _, img := range images {
-		if wholly[img.ID] {
-			continue
-		}
-		ri := records.NodeImage(img.ID, img.Names)
-		if x := byRepo[img.ID]; x != nil {
-			ri.Repositories = slices.DeleteFunc(ri.Repositories, func(r string) bool { return x[r] })
-			if len(ri.Repositories) == 0 {
-				continue
-			}
-		}
-		out = append(out, ri)
-	}
-	return out, nil
-}
-
-// listedAs reports whether the runtime lists img under name, normalized.
-func listedAs(img ensure.Image, name string) bool {
-	want, ok := imageref.Normalized(name)
-	if !ok {
-		return false
-	}
-	return slices.ContainsFunc(img.Names, func(n string) bool {
-		have, ok := imageref.Normalized(n)
-		return ok && have == want
-	})
+	return append(names, records.ParsePreloadedList(data)...), nil
 }
 
 // checkFormat checks export's format and its argument.
@@ -674,34 +612,15 @@ func (f *recordsFlags) listImages(ctx context.Context) ([]ensure.Image, error) {
 }
 
 // preloadedLayers asks the runtime for the layers of the images left out
-// of present (those named preloaded, wholly): the proxy then knows them as
-// on the node before anything. An image whose layers the runtime does not
-// give is left out: the daemon decides it as an image it never saw.
-func (f *recordsFlags) preloadedLayers(ctx context.Context, images []ensure.Image, present []records.Image) (map[string][]digest.Digest, error) {
-	kept := map[string]bool{}
-	for _, img := range present {
-		kept[img.ID] = true
-	}
+// of present (records.PreloadedLayers).
+func (f *recordsFlags) preloadedLayers(ctx context.Context, images, present []records.Image) (map[string][]digest.Digest, error) {
 	backend, err := criproxy.Dial(f.runtime, "")
 	if err != nil {
 		return nil, err
 	}
 	defer backend.Close()
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
-	out := map[string][]digest.Digest{}
-	for _, img := range images {
-		if kept[img.ID] {
-			continue
-		}
-		diffIDs, ok, err := rt.ImageLayers(ctx, img.ID)
-		if err != nil {
-			return nil, fmt.Errorf("the layers of %s: %w", img.ID, err)
-		}
-		if ok {
-			out[img.ID] = diffIDs
-		}
-	}
-	return out, nil
+	return records.PreloadedLayers(ctx, rt, images, present)
 }
 
 // nodeImages is listImages with the repositories each is listed under.
