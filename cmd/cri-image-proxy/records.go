@@ -114,11 +114,11 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 		if err != nil {
 			return nil, nil, err
 		}
-		core, err := ensure.NewDecider(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)))
+		core, err := ensure.NewDecider(store, policy, ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)),
+			ensure.DeciderOptions{Expiry: f.expiry})
 		if err != nil {
 			return nil, nil, err
 		}
-		core.SetExpiry(f.expiry)
 		local.Core = core
 	}
 	return local, func() {
