@@ -59,14 +59,8 @@ func TestWithoutPreloaded(t *testing.T) {
 			if !reflect.DeepEqual(images[0], before) {
 				t.Errorf("the images given changed: %v, was %v", images[0], before)
 			}
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
-				}
+			if !errorAsWanted(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			m := map[string][]string{}
 			for _, img := range got {
@@ -109,18 +103,25 @@ func TestPreloadedLayers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := PreloadedLayers(context.Background(), rt, tc.all, tc.present)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
-				}
+			if !errorAsWanted(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+// errorAsWanted fails the test unless err says want ("": no error), and
+// reports whether the call succeeded, so that its result is worth checking.
+func errorAsWanted(t *testing.T, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatal(err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("got %v, want an error saying %q", err, want)
+	}
+	return err == nil
 }
