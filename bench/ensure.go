@@ -113,7 +113,7 @@ func (e *benchEnv) setUpEnsure() error {
 		}
 		e.extraProxies = append(e.extraProxies, p)
 		*v.pid = p.Pid()
-		if *v.conn, err = dialCRI("unix://" + sock); err != nil {
+		if *v.conn, err = rig.DialCRI("unix://" + sock); err != nil {
 			return err
 		}
 		// The two images that make the 100th (100,000th) records.

@@ -124,7 +124,7 @@ func (e *benchEnv) setUpGoRuntime() ([]*goRuntimeArm, error) {
 		}
 		e.extraProxies = append(e.extraProxies, p)
 		a.proc = p
-		if a.cc, err = dialCRI("unix://" + sock); err != nil {
+		if a.cc, err = rig.DialCRI("unix://" + sock); err != nil {
 			return nil, err
 		}
 		// The public image, pulled without credentials: every pod may see it.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	digest "github.com/opencontainers/go-digest"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"time"
+
+	digest "github.com/opencontainers/go-digest"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -137,7 +138,7 @@ providers:
 	}
 	e.extraProxies = append(e.extraProxies, p)
 	pe.pid = p.Pid()
-	if pe.cc, err = dialCRI("unix://" + sock); err != nil {
+	if pe.cc, err = rig.DialCRI("unix://" + sock); err != nil {
 		return err
 	}
 	e.pids["proxy-ensure-policy"] = pe.pid

@@ -49,8 +49,7 @@ func (e *benchEnv) setUpInjection() error {
 		conn **grpc.ClientConn
 		pid  *int
 	}{{"cached", "5m", &e.inject.cached, &e.inject.cachedPid}, {"uncached", "0s", &e.inject.uncached, &e.inject.uncachedPid}} {
-		wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", filepath.Join(dir, v.name+".count"), plugin)
-		if err := os.WriteFile(filepath.Join(binDir, v.name), []byte(wrapper), 0o755); err != nil {
+		if err := rig.WrapPlugin(filepath.Join(binDir, v.name), plugin, filepath.Join(dir, v.name+".count")); err != nil {
 			return err
 		}
 		cfg := filepath.Join(dir, v.name+".json")
@@ -68,7 +67,7 @@ func (e *benchEnv) setUpInjection() error {
 		}
 		e.extraProxies = append(e.extraProxies, p)
 		*v.pid = p.Pid()
-		if *v.conn, err = dialCRI("unix://" + sock); err != nil {
+		if *v.conn, err = rig.DialCRI("unix://" + sock); err != nil {
 			return err
 		}
 	}

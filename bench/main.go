@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,11 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
@@ -148,16 +145,18 @@ func (e *benchEnv) setUp(parts []part) error {
 	var err error
 	args := []string{"--log-level", "info"}
 	if e.opts.profile != "" {
-		e.monitoring = freeAddr()
+		if e.monitoring, err = rig.FreeAddr(); err != nil {
+			return err
+		}
 		args = append(args, "--monitoring-address", e.monitoring, "--profiling")
 	}
 	if e.proxy, err = e.rig.StartProxy(e.opts.proxy, sock, args...); err != nil {
 		return err
 	}
-	if e.direct, err = dialCRI("unix://" + e.rig.ContainerdSock); err != nil {
+	if e.direct, err = rig.DialCRI("unix://" + e.rig.ContainerdSock); err != nil {
 		return err
 	}
-	if e.proxied, err = dialCRI("unix://" + sock); err != nil {
+	if e.proxied, err = rig.DialCRI("unix://" + sock); err != nil {
 		return err
 	}
 
@@ -186,7 +185,7 @@ func (e *benchEnv) setUp(parts []part) error {
 	if err := e.bare.Start(); err != nil {
 		return err
 	}
-	if e.bare1, err = dialCRI("unix://" + bareSock); err != nil {
+	if e.bare1, err = rig.DialCRI("unix://" + bareSock); err != nil {
 		return err
 	}
 	for i := 0; ; i++ {
@@ -242,11 +241,6 @@ func (e *benchEnv) describe() string {
 		host, e.rig.Runtime.Name, e.rig.Runtime.Line, e.opts.rounds, e.opts.seconds, strings.TrimSpace(string(load)))
 }
 
-func dialCRI(endpoint string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(criproxy.MaxMessageSize), grpc.MaxCallSendMsgSize(criproxy.MaxMessageSize)))
-}
-
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
@@ -279,13 +273,4 @@ func (e *benchEnv) profileProxy(path string, d time.Duration) func() {
 		}
 	}()
 	return func() { <-done }
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:9742"
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -103,8 +103,7 @@ func (e *benchEnv) setUpToken() error {
 		name, cacheType string
 		conn            **grpc.ClientConn
 	}{{"cached", "ServiceAccount", &te.cached}, {"fresh", "Token", &te.fresh}} {
-		wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", filepath.Join(te.countDir, v.name+".count"), plugin)
-		if err := os.WriteFile(filepath.Join(binDir, v.name), []byte(wrapper), 0o755); err != nil {
+		if err := rig.WrapPlugin(filepath.Join(binDir, v.name), plugin, filepath.Join(te.countDir, v.name+".count")); err != nil {
 			return err
 		}
 		cfg := filepath.Join(te.countDir, v.name+".yaml")
@@ -134,7 +133,7 @@ providers:
 		}
 		e.extraProxies = append(e.extraProxies, p)
 		e.pids["proxy-token-"+v.name] = p.Pid()
-		if *v.conn, err = dialCRI("unix://" + sock); err != nil {
+		if *v.conn, err = rig.DialCRI("unix://" + sock); err != nil {
 			return err
 		}
 	}

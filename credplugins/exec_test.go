@@ -11,15 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// writePlugin writes an executable shell script named name into dir.
-func writePlugin(t *testing.T, dir, name, script string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+)
 
 // respond is a script answering a fixed response in the request's apiVersion.
 func respond(body string) string {
@@ -34,24 +28,24 @@ const okBody = `"cacheKeyType":"Registry","auth":{"registry.test":{"username":"u
 func TestExecPlugin(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	writePlugin(t, dir, "ok", respond(okBody))
-	writePlugin(t, dir, "echo-request", `req=$(cat)
+	testkit.WritePlugin(t, dir, "ok", respond(okBody))
+	testkit.WritePlugin(t, dir, "echo-request", `req=$(cat)
 v=$(printf '%s' "$req" | sed -n 's/.*"apiVersion":"\([^"]*\)".*/\1/p')
 img=$(printf '%s' "$req" | sed -n 's/.*"image":"\([^"]*\)".*/\1/p')
 printf '{"apiVersion":"%s","kind":"CredentialProviderResponse","cacheKeyType":"Image","auth":{"%s":{"username":"%s|%s|%s|%s","password":"p"}}}' "$v" "$img" "$v" "$*" "$MODE" "$HOST_ONLY"
 `)
-	writePlugin(t, dir, "garbage", `cat >/dev/null; echo 'this is not json s3cret-pw'`)
-	writePlugin(t, dir, "wrong-version", `cat >/dev/null; echo '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1alpha1","kind":"CredentialProviderResponse","cacheKeyType":"Image"}'`)
-	writePlugin(t, dir, "wrong-kind", `req=$(cat)
+	testkit.WritePlugin(t, dir, "garbage", `cat >/dev/null; echo 'this is not json s3cret-pw'`)
+	testkit.WritePlugin(t, dir, "wrong-version", `cat >/dev/null; echo '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1alpha1","kind":"CredentialProviderResponse","cacheKeyType":"Image"}'`)
+	testkit.WritePlugin(t, dir, "wrong-kind", `req=$(cat)
 v=$(printf '%s' "$req" | sed -n 's/.*"apiVersion":"\([^"]*\)".*/\1/p')
 printf '{"apiVersion":"%s","kind":"CredentialProviderRequest","image":"x"}' "$v"`)
-	writePlugin(t, dir, "bad-key-type", respond(`"cacheKeyType":"Repository","auth":{}`))
-	writePlugin(t, dir, "unknown-field", respond(`"cacheKeyType":"Image","auth":{"r.test":{"username":"u","password":"s3cret-pw","token":"s3cret-pw"}}`))
-	writePlugin(t, dir, "negative-duration", respond(`"cacheKeyType":"Image","cacheDuration":"-1m"`))
-	writePlugin(t, dir, "exit-3", `cat >/dev/null; echo "cannot reach the metadata server" >&2; exit 3`)
-	writePlugin(t, dir, "crash", `cat >/dev/null; kill -SEGV $$`)
-	writePlugin(t, dir, "huge", `cat >/dev/null; head -c 104857600 /dev/zero`)
-	writePlugin(t, dir, "hang", `cat >/dev/null; sleep 1000 & echo $! > "$CHILD_PID_FILE"; sleep 1000`)
+	testkit.WritePlugin(t, dir, "bad-key-type", respond(`"cacheKeyType":"Repository","auth":{}`))
+	testkit.WritePlugin(t, dir, "unknown-field", respond(`"cacheKeyType":"Image","auth":{"r.test":{"username":"u","password":"s3cret-pw","token":"s3cret-pw"}}`))
+	testkit.WritePlugin(t, dir, "negative-duration", respond(`"cacheKeyType":"Image","cacheDuration":"-1m"`))
+	testkit.WritePlugin(t, dir, "exit-3", `cat >/dev/null; echo "cannot reach the metadata server" >&2; exit 3`)
+	testkit.WritePlugin(t, dir, "crash", `cat >/dev/null; kill -SEGV $$`)
+	testkit.WritePlugin(t, dir, "huge", `cat >/dev/null; head -c 104857600 /dev/zero`)
+	testkit.WritePlugin(t, dir, "hang", `cat >/dev/null; sleep 1000 & echo $! > "$CHILD_PID_FILE"; sleep 1000`)
 
 	run := func(name, apiVersion string, timeout time.Duration, env []EnvVar, args ...string) (string, error) {
 		p := newExecPlugin(Provider{Name: name, APIVersion: apiVersion, Args: args, Env: env}, dir, timeout)

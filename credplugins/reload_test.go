@@ -2,8 +2,6 @@ package credplugins
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 func TestReload(t *testing.T) {
@@ -129,11 +129,11 @@ cri_image_proxy_credential_provider_config_info{hash="sha256:two"} 1
 func TestDefinitionCoversTheExecutable(t *testing.T) {
 	dir := t.TempDir()
 	p := prov("plugin", time.Minute, nil, "registry.test").cfg
-	os.WriteFile(filepath.Join(dir, "plugin"), []byte("#!/bin/sh\necho v1\n"), 0o755)
+	testkit.WritePlugin(t, dir, "plugin", "echo v1\n")
 	a, _ := definition(p, dir)
 	p.File = "elsewhere.yaml"
 	b, _ := definition(p, dir)
-	os.WriteFile(filepath.Join(dir, "plugin"), []byte("#!/bin/sh\necho v2\n"), 0o755)
+	testkit.WritePlugin(t, dir, "plugin", "echo v2\n")
 	c, _ := definition(p, dir)
 	if a != b {
 		t.Errorf("moving a provider to another file changed its definition")

@@ -20,6 +20,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
 )
@@ -200,7 +201,7 @@ func TestPluginStderrNeverLogsASecret(t *testing.T) {
 	dir := t.TempDir()
 	// A chatty plugin: it prints the token it was given, the password it
 	// answers, a bearer header and a JSON pair to stderr, then a lot more.
-	writePlugin(t, dir, "chatty", `req=$(cat)
+	testkit.WritePlugin(t, dir, "chatty", `req=$(cat)
 v=$(printf '%s' "$req" | sed -n 's/.*"apiVersion":"\([^"]*\)".*/\1/p')
 tok=$(printf '%s' "$req" | sed -n 's/.*"serviceAccountToken":"\([^"]*\)".*/\1/p')
 echo "debug: got token $tok" >&2

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -171,14 +170,9 @@ func TestBake(t *testing.T) {
 		cfg, _ := yaml.Marshal(map[string]any{"apiVersion": "config.cri-image-proxy.io/v1alpha1", "kind": "ProxyConfiguration", "ensureSecretPulledImages": frag.Ensure})
 		cfgPath := filepath.Join(dir, "config.yaml")
 		os.WriteFile(cfgPath, cfg, 0o644)
-		sock := filepath.Join(testRig.Dir, "bake-allow.sock")
-		proc, err := testRig.StartProxy(proxyBin, sock, "--config", cfgPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer proc.Stop(10 * time.Second)
+		ep, _ := startProxy(t, "bake-allow", "--config", cfgPath)
 		for img, shown := range map[string]bool{appA: true, appB: true, appC: false} {
-			if r := crictl(t, "unix://"+sock, "inspecti", img); (r.Err == nil) != shown {
+			if r := crictl(t, ep, "inspecti", img); (r.Err == nil) != shown {
 				t.Errorf("%s: shown %v, want %v", img, r.Err == nil, shown)
 			}
 		}

@@ -304,7 +304,7 @@ func TestEnsureKill9MidPull(t *testing.T) {
 	}
 	t.Cleanup(func() { crictl(t, direct(), append([]string{"rmi"}, images...)...) })
 	tn := newTenant(t, "kill-a", "alice:"+rig.Users["alice"])
-	conn, err := dialCRI(direct())
+	conn, err := rig.DialCRI(direct())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,14 +138,8 @@ providers:
 			rmi()
 			writePolicy("release-key", release)
 			slug := strings.ReplaceAll(mode.name, " ", "-")
-			sock := filepath.Join(testRig.Dir, "gaps-"+slug+".sock")
 			mon := freeAddr(t)
-			proc, err := testRig.StartProxy(proxyBin, sock, append(mode.flags, append(ps.flags(), "--monitoring-address", mon)...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { proc.Stop(10 * time.Second) })
-			ep := "unix://" + sock
+			ep, proc := startProxy(t, "gaps-"+slug, append(mode.flags, append(ps.flags(), "--monitoring-address", mon)...)...)
 			pod := func(ns, n string) policyPod { return newPolicyPod(t, ns, "gaps-"+n+"-"+slug) }
 			refusedAtCreate := func(t *testing.T, p policyPod, sandbox, ref, reason string) {
 				t.Helper()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/signtest"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 // The keyless identity the tests sign as, and its issuer.
@@ -325,13 +326,7 @@ func TestImagePolicy(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			rmi()
 			slug := strings.ReplaceAll(mode.name, " ", "-")
-			sock := filepath.Join(testRig.Dir, "policy-"+slug+".sock")
-			proc, err := testRig.StartProxy(proxyBin, sock, append(mode.flags, ps.flags()...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { proc.Stop(10 * time.Second) })
-			ep := "unix://" + sock
+			ep, proc := startProxy(t, "policy-"+slug, append(mode.flags, ps.flags()...)...)
 			pod := func(ns, name string) policyPod { return newPolicyPod(t, ns, "pol-"+name+"-"+slug) }
 
 			t.Run("an image signed with the key (cosign's tag convention) is pulled and runs in secure", func(t *testing.T) {
@@ -472,10 +467,7 @@ func allowAllPolicy(t *testing.T, name string) []string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	plugin := "#!/bin/sh\ncat >/dev/null\necho '{\"apiVersion\":\"imagepolicy.cri-image-proxy.io/v1alpha1\",\"kind\":\"ImagePolicyResponse\",\"allowed\":true,\"reason\":\"allow-all\"}'\n"
-	if err := os.WriteFile(filepath.Join(dir, "allow-all"), []byte(plugin), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WritePlugin(t, dir, "allow-all", "cat >/dev/null\necho '{\"apiVersion\":\"imagepolicy.cri-image-proxy.io/v1alpha1\",\"kind\":\"ImagePolicyResponse\",\"allowed\":true,\"reason\":\"allow-all\"}'\n")
 	config := filepath.Join(dir, "image-policy.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: config.cri-image-proxy.io/v1alpha1
 kind: ImagePolicyConfig

@@ -24,7 +24,7 @@ func TestImageSpecSurvivesTheProxy(t *testing.T) {
 		t.Skipf("SKIPPED: %s has no per-handler snapshotters", testRig.Runtime.Name)
 	}
 	p := startEnsureProxy(t, "imagespec")
-	conn, err := dialCRI(p.ep)
+	conn, err := rig.DialCRI(p.ep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestImageSpecSurvivesTheProxy(t *testing.T) {
 // mustDial connects to a CRI endpoint for the rest of the test.
 func mustDial(t *testing.T, ep string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := dialCRI(ep)
+	conn, err := rig.DialCRI(ep)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 // pluginSetup is a bin directory with counting wrappers around the
@@ -53,8 +54,7 @@ func newPluginSetup(t *testing.T, users map[string]string) pluginSetup {
 		}
 		// The wrapper counts its runs in the file the provider's env names,
 		// which also proves the config's env reaches the plugin.
-		wrapper := fmt.Sprintf("#!/bin/sh\necho run >> \"$COUNT_FILE\"\nexec %s \"$@\"\n", pluginBin)
-		if err := os.WriteFile(filepath.Join(s.binDir, name), []byte(wrapper), 0o755); err != nil {
+		if err := rig.WrapPlugin(filepath.Join(s.binDir, name), pluginBin, "$COUNT_FILE"); err != nil {
 			t.Fatal(err)
 		}
 		providers = append(providers, map[string]any{
@@ -90,8 +90,7 @@ func newPluginDir(t *testing.T, prefix string) pluginSetup {
 // count file and runs target.
 func (s pluginSetup) wrap(t *testing.T, name, target string) {
 	t.Helper()
-	wrapper := fmt.Sprintf("#!/bin/sh\necho run >> %s\nexec %s \"$@\"\n", s.countFile(name), target)
-	if err := os.WriteFile(filepath.Join(s.binDir, name), []byte(wrapper), 0o755); err != nil {
+	if err := rig.WrapPlugin(filepath.Join(s.binDir, name), target, s.countFile(name)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -110,22 +109,13 @@ func (s pluginSetup) writeTokenUsers(t *testing.T) string {
 // breakPlugin replaces the named wrapper of s with script.
 func breakPlugin(t *testing.T, s pluginSetup, name, script string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(s.binDir, name), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WritePlugin(t, s.binDir, name, script)
 }
 
 // startInjectingProxy starts a proxy with the plugins of s.
 func startInjectingProxy(t *testing.T, s pluginSetup, name string, extra ...string) (endpoint string, p *rig.Proc) {
 	t.Helper()
-	sock := filepath.Join(testRig.Dir, name+".sock")
-	args := append([]string{"--image-credential-provider-config", s.config, "--image-credential-provider-bin-dir", s.binDir}, extra...)
-	p, err := testRig.StartProxy(proxyBin, sock, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Stop(10 * time.Second) })
-	return "unix://" + sock, p
+	return startProxy(t, name, append([]string{"--image-credential-provider-config", s.config, "--image-credential-provider-bin-dir", s.binDir}, extra...)...)
 }
 
 func TestCredentialInjection(t *testing.T) {
@@ -262,7 +252,7 @@ func TestConcurrentPullsRunThePluginOnce(t *testing.T) {
 	ep, _ := startInjectingProxy(t, s, "concurrent")
 	img := testRig.Registry + "/" + rig.TeamBImage
 	t.Cleanup(func() { crictl(t, direct(), "rmi", img) })
-	conn, err := dialCRI(ep)
+	conn, err := rig.DialCRI(ep)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,101 +17,24 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/opencontainers/go-digest"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
-// tenantRegistry is a registry a tenant runs for itself, on loopback: it
-// answers 200 to every HEAD, whatever it holds, and serves by GET only
-// what the test wrote. It checks no credential. containerd reaches it
-// through a hosts.toml of its own (plain HTTP).
-type tenantRegistry struct {
-	host string
-
-	mu       sync.Mutex
-	content  map[string][]byte // "/v2/<repo>/manifests/<ref>", "/v2/<repo>/blobs/<digest>"
-	types    map[string]string
-	getBytes int64 // bytes served by GET since the last reset
-}
-
-func startTenantRegistry(t *testing.T) *tenantRegistry {
+// startTenantRegistry starts a registry a tenant runs for itself, on
+// loopback: it answers 200 to every HEAD, whatever it holds, and serves by
+// GET only what the test wrote (testkit.NewLyingRegistry). It checks no
+// credential. containerd reaches it through a hosts.toml of its own
+// (plain HTTP).
+func startTenantRegistry(t *testing.T) *testkit.Registry {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	tr := testkit.NewLyingRegistry(t)
+	if err := testRig.AddMirror(tr.Host, portOf(t, tr.Host)); err != nil {
 		t.Fatal(err)
 	}
-	tr := &tenantRegistry{host: l.Addr().String(), content: map[string][]byte{}, types: map[string]string{}}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(tr.serve)}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	if err := testRig.AddMirror(tr.host, portOf(t, tr.host)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(testRig.HostsDir(), tr.host)) })
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(testRig.HostsDir(), tr.Host)) })
 	return tr
-}
-
-func (tr *tenantRegistry) serve(w http.ResponseWriter, r *http.Request) {
-	tr.mu.Lock()
-	b, ok := tr.content[r.URL.Path]
-	mt := tr.types[r.URL.Path]
-	if ok && r.Method == http.MethodGet {
-		tr.getBytes += int64(len(b))
-	}
-	tr.mu.Unlock()
-	switch {
-	case r.URL.Path == "/v2/":
-	case !ok && r.Method == http.MethodHead:
-		// The lie: whatever is asked for "exists".
-		w.Header().Set("Content-Length", "1")
-	case !ok:
-		http.NotFound(w, r)
-	default:
-		w.Header().Set("Content-Type", mt)
-		w.Header().Set("Docker-Content-Digest", digest.FromBytes(b).String())
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		if r.Method == http.MethodGet {
-			w.Write(b)
-		}
-	}
-}
-
-func (tr *tenantRegistry) put(repo, kind, ref, mediaType string, b []byte) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	p := "/v2/" + repo + "/" + kind + "/" + ref
-	tr.content[p], tr.types[p] = b, mediaType
-}
-
-// blob serves b as a blob of repo.
-func (tr *tenantRegistry) blob(repo string, b []byte) {
-	tr.put(repo, "blobs", digest.FromBytes(b).String(), "application/octet-stream", b)
-}
-
-// manifest serves m (JSON) under repo:tag and its digest; it returns the
-// reference by tag.
-func (tr *tenantRegistry) manifest(t *testing.T, repo, tag, mediaType string, m any) string {
-	t.Helper()
-	b, ok := m.([]byte)
-	if !ok {
-		var err error
-		if b, err = json.Marshal(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tr.put(repo, "manifests", tag, mediaType, b)
-	tr.put(repo, "manifests", digest.FromBytes(b).String(), mediaType, b)
-	return tr.host + "/" + repo + ":" + tag
-}
-
-// served returns the bytes served by GET since the last call.
-func (tr *tenantRegistry) served() int64 {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	n := tr.getBytes
-	tr.getBytes = 0
-	return n
 }
 
 // leakedImage is A's private image as its registry holds it: the
@@ -246,7 +165,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 	ownDesc := map[string]v1.Descriptor{}
 	for _, repo := range []string{"b/own-made-up", "b/own-a-digests", "b/own-blobs"} {
 		cfg, desc := ownConfig(t, a, repo)
-		b.blob(repo, cfg)
+		b.Blob(repo, cfg)
 		ownDesc[repo] = desc
 	}
 	bOwnLayers := func() []v1.Descriptor {
@@ -261,7 +180,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 			rc, _ := l.Compressed()
 			bs, _ := io.ReadAll(rc)
 			rc.Close()
-			b.blob("b/own-blobs", bs)
+			b.Blob("b/own-blobs", bs)
 		}
 		return m.Layers
 	}()
@@ -271,16 +190,16 @@ func TestNoDigestIsAKey(t *testing.T) {
 		image  string
 		sameID bool // the runtime names A's image ID under B's name
 	}{
-		{"1. a manifest of B's naming A's config (A's image ID) and A's layer digests", b.manifest(t, "b/a-config", "v1", ociManifestType,
+		{"1. a manifest of B's naming A's config (A's image ID) and A's layer digests", b.Manifest(t, "b/a-config", "v1", ociManifestType,
 			func() ociManifest { m := annotated; m.Config = configDesc(a); m.Layers = a.descs; return m }()), true},
-		{"1. a manifest of B's naming A's config, with made-up layer digests", b.manifest(t, "b/a-config-made-up", "v1", ociManifestType,
+		{"1. a manifest of B's naming A's config, with made-up layer digests", b.Manifest(t, "b/a-config-made-up", "v1", ociManifestType,
 			func() ociManifest {
 				m := annotated
 				m.Config = configDesc(a)
 				m.Layers = madeUpLayers(len(a.descs))
 				return m
 			}()), true},
-		{"1. a manifest of B's naming A's config with a wrong size", b.manifest(t, "b/a-config-size", "v1", ociManifestType,
+		{"1. a manifest of B's naming A's config with a wrong size", b.Manifest(t, "b/a-config-size", "v1", ociManifestType,
 			func() ociManifest {
 				m := annotated
 				m.Config = configDesc(a)
@@ -288,12 +207,12 @@ func TestNoDigestIsAKey(t *testing.T) {
 				m.Layers = a.descs
 				return m
 			}()), true},
-		{"2. A's exact manifest, rebuilt byte for byte", b.manifest(t, "b/a-exact", "v1", a.mediaType, a.manifest), true},
-		{"3. a config of B's own with A's diff_ids, and made-up layer blobs", b.manifest(t, "b/own-made-up", "v1", ociManifestType,
+		{"2. A's exact manifest, rebuilt byte for byte", b.Manifest(t, "b/a-exact", "v1", a.mediaType, a.manifest), true},
+		{"3. a config of B's own with A's diff_ids, and made-up layer blobs", b.Manifest(t, "b/own-made-up", "v1", ociManifestType,
 			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-made-up"], Layers: madeUpLayers(len(a.descs))}), false},
-		{"3. a config of B's own with A's diff_ids, and A's layer digests", b.manifest(t, "b/own-a-digests", "v1", ociManifestType,
+		{"3. a config of B's own with A's diff_ids, and A's layer digests", b.Manifest(t, "b/own-a-digests", "v1", ociManifestType,
 			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-a-digests"], Layers: a.descs}), false},
-		{"3. a config of B's own with A's diff_ids, and B's own real layer blobs", b.manifest(t, "b/own-blobs", "v1", ociManifestType,
+		{"3. a config of B's own with A's diff_ids, and B's own real layer blobs", b.Manifest(t, "b/own-blobs", "v1", ociManifestType,
 			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-blobs"], Layers: bOwnLayers}), false},
 	}
 	for _, f := range families {
@@ -351,18 +270,18 @@ func TestNoDigestIsAKey(t *testing.T) {
 	}
 
 	t.Run("a copy of B's own (A's blobs pushed to B's registry) works for B once its bytes are proven, then without fetching again", func(t *testing.T) {
-		b.put("b/copy", "blobs", a.id, "application/vnd.oci.image.config.v1+json", a.config)
+		b.Put("b/copy", "blobs", a.id, "application/vnd.oci.image.config.v1+json", a.config)
 		for _, l := range a.layers {
-			b.blob("b/copy", l)
+			b.Blob("b/copy", l)
 		}
-		image := b.manifest(t, "b/copy", "v1", a.mediaType, a.manifest)
-		b.served()
+		image := b.Manifest(t, "b/copy", "v1", a.mediaType, a.manifest)
+		b.Served()
 		if r := bob.pull(t, p.ep, image); r.Err != nil {
 			t.Fatalf("B's pull of its copy: %v\n%s", r.Err, r.Stderr)
 		}
 		// A's marker layer is private (the busybox layer under it may be
 		// public: held by images on the node before): its bytes were served.
-		if got, marker := b.served(), int64(len(a.layers[len(a.layers)-1])); got < marker {
+		if got, marker := b.Served(), int64(len(a.layers[len(a.layers)-1])); got < marker {
 			t.Errorf("B's registry served %d bytes, fewer than the private layer's %d: the copy's layers were not proven", got, marker)
 		}
 		if err := bob.reads(t, p.ep, image, marker); err != nil {
@@ -375,7 +294,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 		if err := bob2.reads(t, p.ep, image, marker); err != nil {
 			t.Errorf("B's second pod's container: %v", err)
 		}
-		if got := b.served(); got != 0 {
+		if got := b.Served(); got != 0 {
 			t.Errorf("B's registry served %d bytes for B's second pod, want a re-use", got)
 		}
 		if out, err := p.records(t, "explain", image); err != nil || !strings.Contains(out, "proven") {

@@ -22,13 +22,7 @@ import (
 func TestContainerdRestartUnderTheProxy(t *testing.T) {
 	needRig(t)
 	monAddr := freeAddr(t)
-	sock := filepath.Join(testRig.Dir, "restart.sock")
-	p, err := testRig.StartProxy(proxyBin, sock, "--monitoring-address", monAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(10 * time.Second)
-	ep := "unix://" + sock
+	ep, p := startProxy(t, "restart", "--monitoring-address", monAddr)
 
 	if code, body := httpGet(t, monAddr, "/readyz"); code != 200 {
 		t.Fatalf("readyz before the restart: %d %s", code, body)
@@ -161,14 +155,14 @@ func TestProxyProcessLifecycle(t *testing.T) {
 	})
 }
 
+// freeAddr is an address on 127.0.0.1 that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := rig.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func httpGet(t *testing.T, addr, path string) (int, string) {

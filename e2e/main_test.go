@@ -95,6 +95,20 @@ func needRig(t *testing.T) {
 	}
 }
 
+// startProxy starts a proxy of its own for the test, with args, in front of
+// the rig's containerd, serving on name.sock in the rig's directory; it
+// stops when the test ends. It returns the proxy's endpoint.
+func startProxy(t *testing.T, name string, args ...string) (endpoint string, p *rig.Proc) {
+	t.Helper()
+	sock := filepath.Join(testRig.Dir, name+".sock")
+	p, err := testRig.StartProxy(proxyBin, sock, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(10 * time.Second) })
+	return "unix://" + sock, p
+}
+
 // direct and proxied are the two CRI endpoints the tests compare.
 func direct() string  { return "unix://" + testRig.ContainerdSock }
 func proxied() string { return "unix://" + proxySock }

@@ -18,6 +18,7 @@ var controlScenario = nodeScenario{
 // its secret in scenario 1 (kubernetes/kubernetes#18787), unless the kubelet enforces
 // KEP-2535 itself.
 func (e *nodeEnv) scenarioControl(t *testing.T) {
+	e.ensureRunning(t, e.aPulledWithSecret())
 	e.proxy.proc.Stop(10 * time.Second)
 	plain, err := testRig.StartProxy(proxyBin, e.proxy.sock)
 	if err != nil {

@@ -75,7 +75,7 @@ type dsHost struct {
 }
 
 var daemonSetScenario = nodeScenario{
-	name:   "the DaemonSet, from the image hack/image built: Ready under the kubelet; serves its host socket, plugin and records; gone with its pod",
+	name:   "the DaemonSet, from the proxy's own container image: Ready under the kubelet; serves its host socket, plugin and records; gone with its pod",
 	images: []string{"byplugin/daemonset:v1"},
 	run:    (*nodeEnv).scenarioDaemonSet,
 }

@@ -367,6 +367,23 @@ func (e *nodeEnv) runCounting(t *testing.T, s podSpec, image string) (*corev1.Po
 	return p, n
 }
 
+// ensureRunning returns the pod of s, Running: the one an earlier scenario
+// made, or, where that scenario did not run (-run selected a later one
+// alone), one made now. A scenario that builds on an earlier one's pod
+// calls it first, so that it finds the node as in the whole sequence.
+func (e *nodeEnv) ensureRunning(t *testing.T, s podSpec) *corev1.Pod {
+	t.Helper()
+	p, err := e.k.Admin.CoreV1().Pods(s.ns).Get(context.Background(), s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		t.Logf("pod %s/%s, an earlier scenario's, is not there (that scenario did not run): made now", s.ns, s.name)
+		p = e.run(t, s)
+	case err != nil:
+		t.Fatal(err)
+	}
+	return e.waitRunning(t, p)
+}
+
 // waitGone waits until the pods are deleted.
 func (e *nodeEnv) waitGone(t *testing.T, pods ...*corev1.Pod) {
 	t.Helper()

@@ -32,10 +32,7 @@ var restartsScenario = nodeScenario{
 func (e *nodeEnv) scenarioRestarts(t *testing.T) {
 	kill := e.image("kill/app:v1")
 	ctx := context.Background()
-	steady, err := e.k.Admin.CoreV1().Pods(e.nsA).Get(ctx, "secret", metav1.GetOptions{})
-	if err != nil || len(steady.Status.ContainerStatuses) != 1 {
-		t.Fatalf("scenario 1's pod: %v", err)
-	}
+	steady := e.ensureRunning(t, e.aPulledWithSecret())
 	steadyID := steady.Status.ContainerStatuses[0].ContainerID
 
 	k1 := e.run(t, podSpec{ns: e.nsA, name: "kill-1", image: kill, policy: corev1.PullIfNotPresent, secret: "regcred"})
@@ -56,7 +53,7 @@ func (e *nodeEnv) scenarioRestarts(t *testing.T) {
 	e.waitWaiting(t, kb, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, kb)
 
-	steady, err = e.k.Admin.CoreV1().Pods(e.nsA).Get(ctx, "secret", metav1.GetOptions{})
+	steady, err := e.k.Admin.CoreV1().Pods(e.nsA).Get(ctx, "secret", metav1.GetOptions{})
 	if err != nil || steady.Status.ContainerStatuses[0].ContainerID != steadyID || steady.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("scenario 1's running pod was disturbed: %s", containerState(steady))
 	}

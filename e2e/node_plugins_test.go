@@ -37,9 +37,15 @@ var serviceAccountScenario = nodeScenario{
 	run:    (*nodeEnv).scenarioServiceAccount,
 }
 
+// accountPulled is scenario 6's first pod: the token plugin's image,
+// pulled with the token of A's service account builder.
+func (e *nodeEnv) accountPulled() podSpec {
+	return podSpec{ns: e.nsA, name: "sa-1", image: e.image(tokenImage), policy: corev1.PullIfNotPresent, account: "builder"}
+}
+
 func (e *nodeEnv) scenarioServiceAccount(t *testing.T) {
 	image := e.image(tokenImage)
-	a1, n := e.runCounting(t, podSpec{ns: e.nsA, name: "sa-1", image: image, policy: corev1.PullIfNotPresent, account: "builder"}, image)
+	a1, n := e.runCounting(t, e.accountPulled(), image)
 	if n == 0 {
 		t.Errorf("the image came without a registry request")
 	}
@@ -67,6 +73,7 @@ var roleRemovedScenario = nodeScenario{
 // nothing, so they never run.
 func (e *nodeEnv) scenarioRoleRemoved(t *testing.T) {
 	ctx := context.Background()
+	e.ensureRunning(t, e.accountPulled())
 	accounts := e.k.Admin.CoreV1().ServiceAccounts(e.nsA)
 	sa, err := accounts.Get(ctx, "builder", metav1.GetOptions{})
 	if err != nil {

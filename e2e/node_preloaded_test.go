@@ -11,7 +11,7 @@ import (
 )
 
 var preloadedScenario = nodeScenario{
-	name: "a preloaded image stays preloaded (kubernetes/kubernetes#138175): B's `Never` pods of an image preloaded around the kubelet under two names (another tag of a repository, another repository) run; " +
+	name: "a preloaded image stays preloaded (Kubernetes issue 138175): B's `Never` pods of an image preloaded around the kubelet under two names (another tag of a repository, another repository) run; " +
 		"after A's pod pulls the same digest with its secret as a third tag, through the proxy they still run, also after a proxy restart, and B's `Never` pod of A's tag gets ErrImageNeverPull; " +
 		"the control, the kubelet alone on containerd with its ensure on: B's `Never` pod of the preloaded name gets ErrImageNeverPull (the kubelet's bug), as it does through the proxy in front of that kubelet",
 	run: (*nodeEnv).scenarioPreloaded,

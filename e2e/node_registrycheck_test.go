@@ -128,8 +128,8 @@ func (e *nodeEnv) scenarioForgedConfig(t *testing.T) {
 	leaked := readLeakedImage(t, imageA)
 	b := startTenantRegistry(t)
 	cfg, desc := ownConfig(t, leaked, e.v.id)
-	b.blob("b/app", cfg)
-	imageB := b.manifest(t, "b/app", "v1", ociManifestType,
+	b.Blob("b/app", cfg)
+	imageB := b.Manifest(t, "b/app", "v1", ociManifestType,
 		ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: desc, Layers: madeUpLayers(len(leaked.descs))})
 
 	pb := e.run(t, podSpec{ns: e.nsB, name: "forged-b", image: imageB, policy: corev1.PullIfNotPresent})

@@ -24,9 +24,17 @@ var secretScenario = nodeScenario{
 	run:    (*nodeEnv).scenarioSecret,
 }
 
+// aPulledWithSecret is scenario 1's pod: A's private image, pulled with
+// A's secret. The scenarios after it that try that image (as B, or after
+// a fault) start from it: ensureRunning makes it where scenario 1 did not
+// run.
+func (e *nodeEnv) aPulledWithSecret() podSpec {
+	return podSpec{ns: e.nsA, name: "secret", image: e.image(privateImage), policy: corev1.PullIfNotPresent, secret: "regcred"}
+}
+
 func (e *nodeEnv) scenarioSecret(t *testing.T) {
 	private := e.image(privateImage)
-	p, n := e.runCounting(t, podSpec{ns: e.nsA, name: "secret", image: private, policy: corev1.PullIfNotPresent, secret: "regcred"}, private)
+	p, n := e.runCounting(t, e.aPulledWithSecret(), private)
 	if n == 0 {
 		t.Errorf("the image came without a registry request")
 	}
@@ -49,6 +57,7 @@ var noSecretScenario = nodeScenario{
 func (e *nodeEnv) scenarioNoSecret(t *testing.T) {
 	ctx := context.Background()
 	private := e.image(privateImage)
+	e.ensureRunning(t, e.aPulledWithSecret())
 	bare := e.run(t, podSpec{ns: e.nsB, name: "no-secret", image: private, policy: corev1.PullIfNotPresent})
 	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
 	e.neverRan(t, bare)
@@ -98,6 +107,7 @@ var ownSecretScenario = nodeScenario{
 // scenario 1.
 func (e *nodeEnv) scenarioOwnSecret(t *testing.T) {
 	private := e.image(privateImage)
+	e.ensureRunning(t, e.aPulledWithSecret())
 	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "own-1", image: private, policy: corev1.PullIfNotPresent, secret: "own"}, private); n == 0 {
 		t.Errorf("B's own secret was not checked at the registry")
 	}
@@ -122,9 +132,15 @@ var publicScenario = nodeScenario{
 	run:    (*nodeEnv).scenarioPublic,
 }
 
+// publicPulled is scenario 4's first pod: the public image, pulled by A
+// with no credential.
+func (e *nodeEnv) publicPulled() podSpec {
+	return podSpec{ns: e.nsA, name: "public-1", image: e.anonymous(publicImage), policy: corev1.PullIfNotPresent}
+}
+
 func (e *nodeEnv) scenarioPublic(t *testing.T) {
 	public := e.anonymous(publicImage)
-	e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "public-1", image: public, policy: corev1.PullIfNotPresent}))
+	e.waitRunning(t, e.run(t, e.publicPulled()))
 	if _, n := e.runCounting(t, podSpec{ns: e.nsB, name: "public-2", image: public, policy: corev1.PullIfNotPresent}, public); n != 0 {
 		t.Errorf("%d registry requests for a public image already on the node, want 0", n)
 	}
@@ -164,10 +180,11 @@ var rotatedSecretScenario = nodeScenario{
 
 // scenarioRotatedSecret: tenant A rotates its pull secret in place (same
 // namespace, name and UID; another valid credential). As the kubelet
-// documents, its pods keep using the image pulled with the old content,
-// with no registry request.
+// documents, its pods keep using the image pulled with the old content
+// (in scenario 1), with no registry request.
 func (e *nodeEnv) scenarioRotatedSecret(t *testing.T) {
 	ctx := context.Background()
+	e.ensureRunning(t, e.aPulledWithSecret())
 	secrets := e.k.Admin.CoreV1().Secrets(e.nsA)
 	setCredential := func(user string) {
 		t.Helper()

@@ -25,7 +25,9 @@ import (
 
 // kubeletVariant is a kubelet the scenarios run on.
 type kubeletVariant struct {
-	name    string // a column of the result table
+	// name is its subtest's name and a column of the result table: no
+	// slash, so that -run selects it ('^TestNode$/v1.31.4/^7\.').
+	name    string
 	id      string // a prefix for its namespaces and images
 	version string
 	gates   map[string]bool
@@ -34,7 +36,7 @@ type kubeletVariant struct {
 var kubeletVariants = []kubeletVariant{
 	{name: kuberig.KubeVersion + " (its ensure off)", id: "cur-off", version: kuberig.KubeVersion, gates: map[string]bool{"KubeletEnsureSecretPulledImages": false}},
 	{name: kuberig.KubeVersion + " (its ensure on)", id: "cur-on", version: kuberig.KubeVersion, gates: map[string]bool{"KubeletEnsureSecretPulledImages": true}},
-	{name: kuberig.OldKubeVersion + " (no KEP-2535/4412)", id: "old", version: kuberig.OldKubeVersion},
+	{name: kuberig.OldKubeVersion + " (no KEP-2535, no KEP-4412)", id: "old", version: kuberig.OldKubeVersion},
 }
 
 // nodeAudience is the token plugin's audience in the node tests; the node
@@ -43,10 +45,15 @@ const nodeAudience = "registry.node.test"
 
 // A nodeScenario is one row of the node result table. It runs on each
 // kubelet in turn, on that kubelet's node, after the scenarios before it in
-// nodeScenarios: a scenario may use what an earlier one left there (the
-// pod or the pull of scenario 1, say), and its comment says so.
+// nodeScenarios, and also alone: -run '^TestNode$/VARIANT/^N\.' runs
+// scenario N by itself. A scenario that builds on an earlier one (A's pull
+// of scenario 1, say) makes what it needs itself, the same way, where that
+// scenario did not run (nodeEnv.ensureRunning), and its comment says so;
+// the images of every scenario are pushed before the kubelet starts,
+// whatever runs.
 type nodeScenario struct {
 	// name is the row's text; its number is its place in nodeScenarios.
+	// No slash: it is the subtest's name after the number.
 	name string
 	// needs are what the kubelet and the runtime must offer; where one is
 	// missing, the scenario is n/a.
@@ -169,6 +176,22 @@ func (r *nodeResults) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// TestNodeSubtestNamesAreSelectable: no kubelet variant or scenario name
+// holds a slash, which -run reads as a level of subtests: each variant,
+// and each scenario by its number, is selected by '^TestNode$/VARIANT/^N\.'.
+func TestNodeSubtestNamesAreSelectable(t *testing.T) {
+	for _, v := range kubeletVariants {
+		if strings.Contains(v.name, "/") {
+			t.Errorf("kubelet variant %q: a slash in a subtest name", v.name)
+		}
+	}
+	for i, sc := range nodeScenarios {
+		if strings.Contains(sc.title(i), "/") {
+			t.Errorf("node scenario %q: a slash in a subtest name", sc.title(i))
+		}
+	}
 }
 
 func TestNode(t *testing.T) {

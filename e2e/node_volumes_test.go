@@ -27,6 +27,7 @@ var volumeNoSecretScenario = nodeScenario{
 // file of A's image.
 func (e *nodeEnv) scenarioVolumeNoSecret(t *testing.T) {
 	public, private := e.anonymous(publicImage), e.image(privateImage)
+	e.ensureRunning(t, e.aPulledWithSecret())
 	bare := e.run(t, podSpec{ns: e.nsB, name: "vol-no-secret", image: public, policy: corev1.PullIfNotPresent,
 		volumeImage: private, volumePolicy: corev1.PullIfNotPresent})
 	e.waitWaiting(t, bare, "ErrImagePull", "ImagePullBackOff")
@@ -78,8 +79,12 @@ var volumeCrictlScenario = nodeScenario{
 }
 
 // scenarioVolumeCrictl: the same image mount made with crictl through the
-// proxy, in a sandbox of B's identity, is refused at CreateContainer.
+// proxy, in a sandbox of B's identity, is refused at CreateContainer. The
+// mount is A's image of scenario 1; the container's own image is the
+// public one of scenario 4, both on the node.
 func (e *nodeEnv) scenarioVolumeCrictl(t *testing.T) {
+	e.ensureRunning(t, e.aPulledWithSecret())
+	e.ensureRunning(t, e.publicPulled())
 	cfg := writeJSON(t, e.v.id+"-vol-sandbox.json", map[string]any{
 		"metadata":      map[string]any{"name": "vol-crictl", "namespace": e.nsB, "uid": e.v.id + "-vol-crictl", "attempt": 1},
 		"log_directory": filepath.Join(testRig.Dir, "pod-logs", e.v.id+"-vol-crictl"),

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -251,7 +250,7 @@ func TestStreamsThroughTheProxy(t *testing.T) {
 		err    chan error
 	}
 	open := func(name, ep string) *stream {
-		conn, err := dialCRI(ep)
+		conn, err := rig.DialCRI(ep)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +337,7 @@ func TestListStreamsAnswerAsTheRuntimeDoes(t *testing.T) {
 	needRig(t)
 	img := testRig.AnonRegistry + "/" + rig.BusyboxImage
 	mustCrictl(t, direct(), "pull", img)
-	conn, err := dialCRI(direct())
+	conn, err := rig.DialCRI(direct())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +415,7 @@ func TestListStreamsAnswerAsTheRuntimeDoes(t *testing.T) {
 			var ids [2][]string
 			var ended [2]string
 			for i, ep := range []string{direct(), proxied()} {
-				conn, err := dialCRI(ep)
+				conn, err := rig.DialCRI(ep)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -445,11 +444,6 @@ func TestListStreamsAnswerAsTheRuntimeDoes(t *testing.T) {
 			t.Logf("%s streams %d both ways", testRig.Runtime.Name, len(ids[0]))
 		})
 	}
-}
-
-// dialCRI connects a CRI client to endpoint.
-func dialCRI(endpoint string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // waitUntil polls f until it succeeds or the bound passes: a bound, not a

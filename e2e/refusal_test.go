@@ -7,6 +7,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
 )
 
 // registryRefusal checks the premise that the registry refuses a pull of
@@ -18,7 +20,7 @@ import (
 // "authorization failed: no basic auth credentials").
 func registryRefusal(t *testing.T, image string, auth *runtimeapi.AuthConfig) string {
 	t.Helper()
-	conn, err := dialCRI(direct())
+	conn, err := rig.DialCRI(direct())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,22 +1,20 @@
 package e2e
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 // TestTheRegistrysWordNotTheRuntimes (#28): a runtime's pull that succeeded
@@ -267,27 +265,7 @@ func copyImage(t *testing.T, from, to string) {
 // everything else, every blob included. On 127.0.0.1.
 func startManifestOnlyRegistry(t *testing.T, repo, tag string, manifest []byte, mediaType string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/v2/":
-			w.WriteHeader(http.StatusOK)
-		case "/v2/" + repo + "/manifests/" + tag, "/v2/" + repo + "/manifests/" + d:
-			w.Header().Set("Content-Type", mediaType)
-			w.Header().Set("Docker-Content-Digest", d)
-			w.Header().Set("Content-Length", strconv.Itoa(len(manifest)))
-			if r.Method == http.MethodGet {
-				w.Write(manifest)
-			}
-		default:
-			http.NotFound(w, r)
-		}
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
+	r := testkit.NewRegistry(t)
+	r.Manifest(t, repo, tag, mediaType, manifest)
+	return r.Host
 }

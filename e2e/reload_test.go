@@ -54,13 +54,7 @@ func TestConfigReload(t *testing.T) {
 	replace(cfgPath, proxyConfig("NeverVerifyPreloadedImages", "30s"))
 
 	mon := freeAddr(t)
-	sock := filepath.Join(testRig.Dir, "reload.sock")
-	p, err := testRig.StartProxy(proxyBin, sock, "--config", cfgPath, "--monitoring-address", mon)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(10 * time.Second)
-	ep := "unix://" + sock
+	ep, p := startProxy(t, "reload", "--config", cfgPath, "--monitoring-address", mon)
 	reloads := func(result string) string {
 		_, m := httpGet(t, mon, "/metrics")
 		if v := regexp.MustCompile(`cri_image_proxy_config_reloads_total\{result="` + result + `"\} (\d+)`).FindStringSubmatch(m); v != nil {

@@ -352,14 +352,9 @@ func TestExecPluginKubeconfig(t *testing.T) {
 	}
 	plugin := tokenPluginSetup(t)
 	mon := freeAddr(t)
-	sock := filepath.Join(testRig.Dir, "exec.sock")
-	p, err := testRig.StartProxy(proxyBin, sock, "--kubeconfig", kubeconfig, "--node-name", nodeName, "--monitoring-address", mon,
+	ep, _ := startProxy(t, "exec", "--kubeconfig", kubeconfig, "--node-name", nodeName, "--monitoring-address", mon,
 		"--image-credential-provider-config", plugin.config, "--image-credential-provider-bin-dir", plugin.binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(10 * time.Second)
-	if r := crictl(t, "unix://"+sock, "pull", "--pod-config", pod.config, testRig.Registry+"/"+rig.TeamBImage); r.Err != nil {
+	if r := crictl(t, ep, "pull", "--pod-config", pod.config, testRig.Registry+"/"+rig.TeamBImage); r.Err != nil {
 		t.Fatalf("%v\n%s", r.Err, r.Stderr)
 	}
 	_, metrics := httpGet(t, mon, "/metrics")
@@ -388,12 +383,7 @@ func TestJSONLogsAreAllJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(testRig.Dir, "json.sock")
-	p, err := testRig.StartProxy(proxyBin, sock, "--log-format", "json", "--kubeconfig", kubeconfig, "--node-name", "someone-elses-node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(10 * time.Second)
+	_, p := startProxy(t, "json", "--log-format", "json", "--kubeconfig", kubeconfig, "--node-name", "someone-elses-node")
 	var lines []string
 	waitUntil(t, 60*time.Second, func() error {
 		lines = strings.Split(strings.TrimSpace(p.LogText()), "\n")
@@ -436,12 +426,7 @@ func TestSecureMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	secure := freeAddr(t)
-	sock := filepath.Join(testRig.Dir, "secure-metrics.sock")
-	p, err := testRig.StartProxy(proxyBin, sock, "--kubeconfig", kubeconfig, "--node-name", nodeName, "--secure-monitoring-address", secure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop(10 * time.Second)
+	_, p := startProxy(t, "secure-metrics", "--kubeconfig", kubeconfig, "--node-name", nodeName, "--secure-monitoring-address", secure)
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // self-signed
 	scrape := func(path, token string) (int, string) {

@@ -56,14 +56,22 @@ func (d *Decider) Policy() Policy { return d.policy.Load().Policy }
 // configuration); decisions already under way finish under the old one.
 func (d *Decider) SetPolicy(p Policy) { d.policy.Store(&policyRef{p}) }
 
+// DeciderOptions are NewDecider's.
+type DeciderOptions struct {
+	// Expiry bounds the re-use of verified credentials (the records'
+	// maximum age); nil: records never expire.
+	Expiry *Expiry
+}
+
 // NewDecider returns the core over store, policy and rt, for decisions
 // outside the daemon (records explain): the intents on disk count as pulls
 // in flight, as they do in a daemon that has not settled them yet.
-func NewDecider(store RecordStore, policy Policy, rt Runtime) (*Decider, error) {
+func NewDecider(store RecordStore, policy Policy, rt Runtime, opts DeciderOptions) (*Decider, error) {
 	d := &Decider{}
 	if _, err := d.init(store, policy, rt, nil); err != nil {
 		return nil, err
 	}
+	d.SetExpiry(opts.Expiry)
 	return d, nil
 }
 

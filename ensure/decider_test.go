@@ -3,6 +3,7 @@ package ensure_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
@@ -26,7 +27,7 @@ func TestTheDeciderAloneDecidesAsTheGuard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		core, err := ensure.NewDecider(s.store, p, ensure.CRIRuntime(s.node, s.node))
+		core, err := ensure.NewDecider(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.DeciderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,6 +48,33 @@ func TestTheDeciderAloneDecidesAsTheGuard(t *testing.T) {
 					t.Errorf("%s, %s, pod %q: the core says %+v, the guard %+v", policy, img, uid, got, want)
 				}
 			}
+		}
+	}
+}
+
+// TestTheDeciderTakesItsExpiryFromItsConstructor: records explain and
+// show --ages with no daemon decide under the configuration's maximum
+// record age, given to NewDecider, nothing set afterwards.
+func TestTheDeciderTakesItsExpiryFromItsConstructor(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	p, err := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		expiry *ensure.Expiry
+	}{
+		{"no maximum age", nil},
+		{"a maximum age", &ensure.Expiry{Default: time.Hour}},
+	} {
+		core, err := ensure.NewDecider(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.DeciderOptions{Expiry: tc.expiry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := core.Expiry(); got != tc.expiry {
+			t.Errorf("%s: the decider decides under %v, want %v", tc.name, got, tc.expiry)
 		}
 	}
 }

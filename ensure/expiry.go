@@ -75,8 +75,8 @@ func (d *Decider) Expiry() *Expiry {
 	return nil
 }
 
-// SetExpiry makes e the record expiry of the next decisions (the start, a
-// reload); nil is none.
+// SetExpiry makes e the record expiry of the next decisions (a reload of
+// the configuration; NewGuard and NewDecider take the first); nil is none.
 func (d *Decider) SetExpiry(e *Expiry) { d.expiry.Store(&expiryRef{e}) }
 
 // fresh reports whether one of a credential's keys (records.CredentialKeys)

@@ -11,15 +11,8 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
-
-// writePlugin writes an executable shell script named name into dir.
-func writePlugin(t *testing.T, dir, name, script string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestExecFaults runs real plugin executables through the engine: each
 // fault refuses under Fail with its cause for the operator, and allows
@@ -28,16 +21,16 @@ func TestExecFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	const v = policyapi.V1alpha1
-	writePlugin(t, dir, "allow", `cat >/dev/null; echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","allowed":true,"reason":"signed"}'`)
-	writePlugin(t, dir, "echo-request", `req=$(cat); printf '%s' "$req" > "$REQUEST_FILE"; echo "password s3cret-pw seen" >&2
+	testkit.WritePlugin(t, dir, "allow", `cat >/dev/null; echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","allowed":true,"reason":"signed"}'`)
+	testkit.WritePlugin(t, dir, "echo-request", `req=$(cat); printf '%s' "$req" > "$REQUEST_FILE"; echo "password s3cret-pw seen" >&2
 echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","allowed":false,"podReason":"unsigned"}'`)
-	writePlugin(t, dir, "crash", `cat >/dev/null; kill -SEGV $$`)
-	writePlugin(t, dir, "exit-2", `cat >/dev/null; echo "cannot read policy" >&2; exit 2`)
-	writePlugin(t, dir, "hang", `cat >/dev/null; sleep 1000`)
-	writePlugin(t, dir, "garbage", `cat >/dev/null; echo 'allowed: yes s3cret-pw'`)
-	writePlugin(t, dir, "other-version", `cat >/dev/null; echo '{"apiVersion":"imagepolicy.cri-image-proxy.io/v1","kind":"ImagePolicyResponse","allowed":true}'`)
-	writePlugin(t, dir, "no-verdict", `cat >/dev/null; echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","reason":"thinking"}'`)
-	writePlugin(t, dir, "huge", `cat >/dev/null; head -c 10485760 /dev/zero`)
+	testkit.WritePlugin(t, dir, "crash", `cat >/dev/null; kill -SEGV $$`)
+	testkit.WritePlugin(t, dir, "exit-2", `cat >/dev/null; echo "cannot read policy" >&2; exit 2`)
+	testkit.WritePlugin(t, dir, "hang", `cat >/dev/null; sleep 1000`)
+	testkit.WritePlugin(t, dir, "garbage", `cat >/dev/null; echo 'allowed: yes s3cret-pw'`)
+	testkit.WritePlugin(t, dir, "other-version", `cat >/dev/null; echo '{"apiVersion":"imagepolicy.cri-image-proxy.io/v1","kind":"ImagePolicyResponse","allowed":true}'`)
+	testkit.WritePlugin(t, dir, "no-verdict", `cat >/dev/null; echo '{"apiVersion":"`+v+`","kind":"ImagePolicyResponse","reason":"thinking"}'`)
+	testkit.WritePlugin(t, dir, "huge", `cat >/dev/null; head -c 10485760 /dev/zero`)
 
 	for _, tc := range []struct {
 		plugin string

@@ -105,10 +105,11 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		lr := newLyingRegistry(t)
 		l := newLayer(t, "beside", ocispec.MediaTypeImageLayerGzip)
 		cfg, desc := imageConfigOf(t, "beside", l.diffID)
-		lr.blob("b/app", cfg)
-		lr.blob("b/app", l.blob)
+		lr.Blob("b/app", cfg)
+		lr.Blob("b/app", l.blob)
 		image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l.desc}})
-		man := digest.FromBytes(lr.blobs["/v2/b/app/manifests/v1"])
+		manifest, _ := lr.Content("/v2/b/app/manifests/v1")
+		man := digest.FromBytes(manifest)
 		res, err := newTestChecker(t, Options{}).Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll,
 			Pulled: func(context.Context) (PulledImage, error) {
 				return PulledImage{ImageID: desc.Digest, ManifestDigests: []digest.Digest{man}}, nil

@@ -18,85 +18,25 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 // lyingRegistry is a registry a tenant runs: it answers 200 to every HEAD
 // and serves, by GET, only the bytes the test wrote, whatever the
 // repository. It checks no credential.
-type lyingRegistry struct {
-	srv  *httptest.Server
-	host string
+type lyingRegistry struct{ *testkit.Registry }
 
-	mu    sync.Mutex
-	blobs map[string][]byte // "/v2/<repo>/manifests/<ref>" or "/v2/<repo>/blobs/<digest>" -> bytes
-	types map[string]string
-	gets  []string
+func newLyingRegistry(t *testing.T) lyingRegistry {
+	return lyingRegistry{testkit.NewLyingRegistry(t)}
 }
 
-func newLyingRegistry(t *testing.T) *lyingRegistry {
-	t.Helper()
-	lr := &lyingRegistry{blobs: map[string][]byte{}, types: map[string]string{}}
-	lr.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lr.mu.Lock()
-		b, ok := lr.blobs[r.URL.Path]
-		mt := lr.types[r.URL.Path]
-		if r.Method == http.MethodGet {
-			lr.gets = append(lr.gets, r.URL.Path)
-		}
-		lr.mu.Unlock()
-		switch {
-		case r.URL.Path == "/v2/":
-		case r.Method == http.MethodHead && ok:
-			w.Header().Set("Content-Type", mt)
-			w.Header().Set("Docker-Content-Digest", digest.FromBytes(b).String())
-		case r.Method == http.MethodHead:
-			// The lie: every blob "exists".
-		case ok:
-			w.Header().Set("Content-Type", mt)
-			w.Header().Set("Docker-Content-Digest", digest.FromBytes(b).String())
-			w.Write(b)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(lr.srv.Close)
-	lr.host = strings.TrimPrefix(lr.srv.URL, "http://")
-	return lr
-}
-
-func (lr *lyingRegistry) put(repo, kind, ref, mediaType string, b []byte) {
-	lr.mu.Lock()
-	defer lr.mu.Unlock()
-	p := "/v2/" + repo + "/" + kind + "/" + ref
-	lr.blobs[p], lr.types[p] = b, mediaType
-}
-
-// manifest serves m under repo:tag (and its digest) and returns the
-// reference by tag.
-func (lr *lyingRegistry) manifest(t *testing.T, repo, tag string, m ocispec.Manifest) string {
+// manifest serves m, an OCI image manifest, under repo:tag (and its
+// digest) and returns the reference by tag.
+func (lr lyingRegistry) manifest(t *testing.T, repo, tag string, m ocispec.Manifest) string {
 	t.Helper()
 	m.Versioned.SchemaVersion, m.MediaType = 2, ocispec.MediaTypeImageManifest
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lr.put(repo, "manifests", tag, ocispec.MediaTypeImageManifest, b)
-	lr.put(repo, "manifests", digest.FromBytes(b).String(), ocispec.MediaTypeImageManifest, b)
-	return lr.host + "/" + repo + ":" + tag
-}
-
-func (lr *lyingRegistry) blob(repo string, b []byte) digest.Digest {
-	d := digest.FromBytes(b)
-	lr.put(repo, "blobs", d.String(), "application/octet-stream", b)
-	return d
-}
-
-func (lr *lyingRegistry) fetched() []string {
-	lr.mu.Lock()
-	defer lr.mu.Unlock()
-	g := lr.gets
-	lr.gets = nil
-	return g
+	return lr.Manifest(t, repo, tag, ocispec.MediaTypeImageManifest, m)
 }
 
 // layerOf is a layer's blob in a media type, and its diff_id.
@@ -181,21 +121,21 @@ func TestNoDigestIsAKey(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// serve writes what B's registry serves, and returns the image to check.
-		serve      func(lr *lyingRegistry) string
+		serve      func(lr lyingRegistry) string
 		prove      LayerChooser
 		wantErr    error
 		wantReason string
 	}{
 		{
 			name: "a manifest of B's naming A's config digest (A's image ID), with A's layer digests, is refused: B cannot serve the config",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				return lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: aConfigDesc, Layers: []ocispec.Descriptor{l1.desc, l2.desc}, Annotations: map[string]string{"b": "wrote it"}})
 			},
 			wantErr: ErrDenied, wantReason: "blobs not readable",
 		},
 		{
 			name: "a manifest of B's naming A's config with made-up layers and a wrong config size is refused",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				c := aConfigDesc
 				c.Size = 12345
 				made := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromString("made up"), Size: 10}
@@ -205,24 +145,24 @@ func TestNoDigestIsAKey(t *testing.T) {
 		},
 		{
 			name: "A's exact manifest, rebuilt byte for byte from its digests, is refused: B cannot serve the config",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				return lr.manifest(t, "b/app", "v3", aManifest)
 			},
 			wantErr: ErrDenied,
 		},
 		{
 			name: "other bytes served under A's config digest are refused as not its content",
-			serve: func(lr *lyingRegistry) string {
-				lr.put("b/app", "blobs", aConfigDesc.Digest.String(), ocispec.MediaTypeImageConfig, []byte(`{"rootfs":{"diff_ids":[]}}`))
+			serve: func(lr lyingRegistry) string {
+				lr.Put("b/app", "blobs", aConfigDesc.Digest.String(), ocispec.MediaTypeImageConfig, []byte(`{"rootfs":{"diff_ids":[]}}`))
 				return lr.manifest(t, "b/app", "v4", aManifest)
 			},
 			wantErr: ErrDenied, wantReason: "blobs not readable",
 		},
 		{
 			name: "a config of B's own listing A's diff_ids, with made-up layer blobs, is refused when those layers must be proven",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				cfg, desc := imageConfigOf(t, "b", l1.diffID, l2.diffID)
-				lr.blob("b/app", cfg)
+				lr.Blob("b/app", cfg)
 				made1 := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromString("made up 1"), Size: 10}
 				made2 := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromString("made up 2"), Size: 10}
 				return lr.manifest(t, "b/app", "v5", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{made1, made2}})
@@ -232,9 +172,9 @@ func TestNoDigestIsAKey(t *testing.T) {
 		},
 		{
 			name: "a config of B's own listing A's diff_ids, with A's layer digests (B has not their bytes), is refused",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				cfg, desc := imageConfigOf(t, "b", l1.diffID, l2.diffID)
-				lr.blob("b/app", cfg)
+				lr.Blob("b/app", cfg)
 				return lr.manifest(t, "b/app", "v6", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l1.desc, l2.desc}})
 			},
 			prove:   chooseAll,
@@ -242,10 +182,10 @@ func TestNoDigestIsAKey(t *testing.T) {
 		},
 		{
 			name: "a config of B's own listing A's diff_ids, with B's own real layer blobs, is refused: they decompress to other content",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				cfg, desc := imageConfigOf(t, "b", l1.diffID, l2.diffID)
-				lr.blob("b/app", cfg)
-				lr.blob("b/app", bOwn.blob)
+				lr.Blob("b/app", cfg)
+				lr.Blob("b/app", bOwn.blob)
 				return lr.manifest(t, "b/app", "v7", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{bOwn.desc, bOwn.desc}})
 			},
 			prove:   chooseAll,
@@ -253,28 +193,28 @@ func TestNoDigestIsAKey(t *testing.T) {
 		},
 		{
 			name: "a legitimate copy (B's registry holds A's blobs) is proven by its bytes",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				cfg, desc := imageConfigOf(t, "b", l1.diffID, l2.diffID)
-				lr.blob("b/copy", cfg)
-				lr.blob("b/copy", l1.blob)
-				lr.blob("b/copy", l2.blob)
+				lr.Blob("b/copy", cfg)
+				lr.Blob("b/copy", l1.blob)
+				lr.Blob("b/copy", l2.blob)
 				return lr.manifest(t, "b/copy", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l1.desc, l2.desc}})
 			},
 			prove: chooseAll,
 		},
 		{
 			name: "B's own config with A's diff_ids passes the registry's word alone when no layer must be proven (the caller decides which)",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				cfg, desc := imageConfigOf(t, "b", l1.diffID, l2.diffID)
-				lr.blob("b/app", cfg)
+				lr.Blob("b/app", cfg)
 				return lr.manifest(t, "b/app", "v8", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l1.desc, l2.desc}})
 			},
 		},
 		{
 			name: "a config that lists fewer layers than its manifest is no answer",
-			serve: func(lr *lyingRegistry) string {
+			serve: func(lr lyingRegistry) string {
 				cfg, desc := imageConfigOf(t, "b", l1.diffID)
-				lr.blob("b/app", cfg)
+				lr.Blob("b/app", cfg)
 				return lr.manifest(t, "b/app", "v9", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l1.desc, l2.desc}})
 			},
 			wantErr: ErrUnreachable,
@@ -293,7 +233,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 					if len(res.Proven) != 2 || res.ProvenBytes != l1.desc.Size+l2.desc.Size {
 						t.Errorf("proven %v (%d bytes), want both layers (%d bytes)", res.Proven, res.ProvenBytes, l1.desc.Size+l2.desc.Size)
 					}
-				} else if gets := lr.fetched(); len(gets) != 2 {
+				} else if gets := lr.Fetched(); len(gets) != 2 {
 					t.Errorf("fetched %v; want the manifest and the config only", gets)
 				}
 				return
@@ -323,8 +263,8 @@ func TestProveLayersReadsEveryFormatTheRuntimeUnpacks(t *testing.T) {
 				l.desc.MediaType = mt
 			}
 			cfg, desc := imageConfigOf(t, mt, l.diffID)
-			lr.blob("b/app", cfg)
-			lr.blob("b/app", l.blob)
+			lr.Blob("b/app", cfg)
+			lr.Blob("b/app", l.blob)
 			image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l.desc}})
 			res, err := newTestChecker(t, Options{}).Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll})
 			if err != nil || len(res.Proven) != 1 || res.Proven[0] != l.diffID {
@@ -337,8 +277,8 @@ func TestProveLayersReadsEveryFormatTheRuntimeUnpacks(t *testing.T) {
 		l := newLayer(t, "foreign", ocispec.MediaTypeImageLayerGzip)
 		l.desc.MediaType = "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
 		cfg, desc := imageConfigOf(t, "nd", l.diffID)
-		lr.blob("b/app", cfg)
-		lr.blob("b/app", l.blob)
+		lr.Blob("b/app", cfg)
+		lr.Blob("b/app", l.blob)
 		image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l.desc}})
 		_, err := newTestChecker(t, Options{}).Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll})
 		if !errors.Is(err, ErrDenied) {
@@ -349,8 +289,8 @@ func TestProveLayersReadsEveryFormatTheRuntimeUnpacks(t *testing.T) {
 		lr := newLyingRegistry(t)
 		l := newLayer(t, strings.Repeat("x", 4096), ocispec.MediaTypeImageLayer)
 		cfg, desc := imageConfigOf(t, "big", l.diffID)
-		lr.blob("b/app", cfg)
-		lr.blob("b/app", l.blob)
+		lr.Blob("b/app", cfg)
+		lr.Blob("b/app", l.blob)
 		image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{l.desc}})
 		res, err := newTestChecker(t, Options{MaxProofBytes: 1000}).Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll})
 		if !errors.Is(err, ErrUnreachable) || len(res.Proven) != 0 {
@@ -452,7 +392,7 @@ func TestMetricLabelsStayBoundedWhateverHostsPodsName(t *testing.T) {
 	// A registry that answers, after them, still gets its own label.
 	lr := newLyingRegistry(t)
 	cfg, desc := imageConfigOf(t, "ok")
-	lr.blob("b/app", cfg)
+	lr.Blob("b/app", cfg)
 	image := lr.manifest(t, "b/app", "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{}})
 	if _, err := c.Check(ctx, Request{Image: image, Blobs: true}); err != nil {
 		t.Fatal(err)
@@ -471,7 +411,7 @@ func TestMetricLabelsStayBoundedWhateverHostsPodsName(t *testing.T) {
 			}
 		}
 	}
-	if len(hosts) > 3 || !hosts[lr.host] || !hosts[otherHost] {
+	if len(hosts) > 3 || !hosts[lr.Host] || !hosts[otherHost] {
 		t.Errorf("registry labels %v: want the answering registry, %q, and no more", hosts, otherHost)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 // policyPlugins writes a bin directory with two policy plugins and a
@@ -24,17 +25,14 @@ func policyPlugins(t *testing.T) (config, bin, requestFile string) {
 		t.Fatal(err)
 	}
 	const v = policyapi.V1alpha1
-	plugin := `#!/bin/sh
-req=$(cat); printf '%s' "$req" > "` + requestFile + `"
+	plugin := `req=$(cat); printf '%s' "$req" > "` + requestFile + `"
 case "$req" in
 *'"digest":"sha256:aaaa'*) echo '{"apiVersion":"` + v + `","kind":"ImagePolicyResponse","allowed":true,"reason":"signed by release-key"}';;
 *) echo '{"apiVersion":"` + v + `","kind":"ImagePolicyResponse","allowed":false,"reason":"no signature of release-key","podReason":"image is not signed"}';;
 esac
 `
 	for _, name := range []string{"signatures", "elsewhere"} {
-		if err := os.WriteFile(filepath.Join(bin, name), []byte(plugin), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WritePlugin(t, bin, name, plugin)
 	}
 	config = filepath.Join(dir, "policy.yaml")
 	err := os.WriteFile(config, []byte(`apiVersion: config.cri-image-proxy.io/v1alpha1

@@ -183,7 +183,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		decider, err := ensure.NewDecider(store, policy, onNode)
+		decider, err := ensure.NewDecider(store, policy, onNode, ensure.DeciderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

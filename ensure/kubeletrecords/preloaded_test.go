@@ -166,7 +166,7 @@ func TestImportPreloaded(t *testing.T) {
 			t.Errorf("an image with no record got %q", got)
 		}
 		policy, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
-		decider, err := ensure.NewDecider(store, policy, onNode)
+		decider, err := ensure.NewDecider(store, policy, onNode, ensure.DeciderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

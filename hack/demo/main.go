@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,12 +90,10 @@ providers:
 	sock := filepath.Join(r.Dir, "cri-image-proxy.sock")
 	admin := filepath.Join(work, "admin.sock")
 	db := filepath.Join(work, "ensure.db")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	mon, err := rig.FreeAddr()
 	if err != nil {
 		return err
 	}
-	mon := l.Addr().String()
-	l.Close()
 	step("starting cri-image-proxy on %s, forwarding to containerd, with credential injection and ensure-secret-pulled-images", sock)
 	proxy, err := r.StartProxy(bin, sock, "--monitoring-address", mon, "--log-level", "info",
 		"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", filepath.Dir(plugin),

@@ -4,11 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cri-image-proxy/cri-image-proxy/config"
-	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/registry"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +11,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cri-image-proxy/cri-image-proxy/config"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 func TestRestartOnly(t *testing.T) {
@@ -167,9 +170,7 @@ func imagePolicyFiles(t *testing.T) (bin, file string, write func(namespace stri
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WritePlugin(t, bin, "policy", "exit 1\n")
 	file = filepath.Join(dir, "policy.yaml")
 	write = func(namespace string) {
 		t.Helper()
@@ -328,13 +329,9 @@ func TestAPluginsWatchedFileDropsItsVerdictsWithoutAReload(t *testing.T) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	allow := `#!/bin/sh
-cat >/dev/null
+	testkit.WritePlugin(t, bin, "policy", `cat >/dev/null
 echo '{"apiVersion":"imagepolicy.cri-image-proxy.io/v1alpha1","kind":"ImagePolicyResponse","allowed":true,"reason":"signed"}'
-`
-	if err := os.WriteFile(filepath.Join(bin, "policy"), []byte(allow), 0o755); err != nil {
-		t.Fatal(err)
-	}
+`)
 	plugin := filepath.Join(dir, "plugin")
 	if err := os.MkdirAll(plugin, 0o755); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 func TestConfigFiles(t *testing.T) {
@@ -139,9 +141,7 @@ func TestLoadConfig(t *testing.T) {
 func TestValidateEntry(t *testing.T) {
 	t.Parallel()
 	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "plugin"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WritePlugin(t, bin, "plugin", "")
 	if err := os.WriteFile(filepath.Join(bin, "not-executable"), []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-func script(t *testing.T, body string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "plugin")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+)
 
 func TestRun(t *testing.T) {
 	t.Parallel()
@@ -43,7 +36,7 @@ func TestRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			out, stderr, err := Run(context.Background(), Command{
-				Name: "p", Path: script(t, tc.body), Args: []string{"--flag"}, Env: []string{"MODE=from-config"},
+				Name: "p", Path: testkit.WritePlugin(t, t.TempDir(), "plugin", tc.body), Args: []string{"--flag"}, Env: []string{"MODE=from-config"},
 				Environ: func() []string { return []string{"PATH=" + os.Getenv("PATH"), "MODE=from-host", "HOST_ONLY=host"} },
 				Stdin:   []byte("request"), Timeout: tc.timeout,
 			})
@@ -68,7 +61,7 @@ func TestRun(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := Run(ctx, Command{Name: "p", Path: script(t, `sleep 1000 & echo $! > "`+pidFile+`"; wait`)})
+			_, _, err := Run(ctx, Command{Name: "p", Path: testkit.WritePlugin(t, t.TempDir(), "plugin", `sleep 1000 & echo $! > "`+pidFile+`"; wait`)})
 			done <- err
 		}()
 		var child int

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
 )
 
 // testCodec speaks a line protocol: the request is "apiVersion request",
@@ -41,9 +42,7 @@ func TestExec(t *testing.T) {
 		"other-version": `cat >/dev/null; echo 'test.io/v2 yes'`,
 		"hang":          `cat >/dev/null; sleep 1000`,
 	} {
-		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WritePlugin(t, bin, name, body+"\n")
 	}
 	run := func(name, req string, timeout time.Duration) (string, error) {
 		x := NewExec(Entry{Name: name, APIVersion: "test.io/v1", Args: []string{"--flag", "x"}, Env: []EnvVar{{Name: "MODE", Value: "from-config"}}}, bin, timeout, testCodec)

@@ -3,7 +3,6 @@ package rig
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -86,16 +85,6 @@ func startRegistry(dir, name, addr, storage, htpasswd, level string, wantCode in
 		return nil, err
 	}
 	return p, nil
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // RegistryRequest is one line of a registry's access log. (The registry's

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -221,7 +219,7 @@ func (r *Rig) Containerd() *Proc { return r.containerd }
 
 // CRICall runs f with a CRI client of the rig's containerd.
 func (r *Rig) CRICall(ctx context.Context, f func(runtimeapi.RuntimeServiceClient) error) error {
-	conn, err := grpc.NewClient("unix://"+r.ContainerdSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := DialCRI("unix://" + r.ContainerdSock)
 	if err != nil {
 		return err
 	}
@@ -339,7 +337,7 @@ func (r *Rig) StartProxyEnv(bin, socket string, env []string, extra ...string) (
 		return nil, err
 	}
 	err = WaitFor("proxy", p, 30*time.Second, func() error {
-		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := DialCRI("unix://" + socket)
 		if err != nil {
 			return err
 		}

@@ -5,11 +5,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/kubeletrecords"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
@@ -48,52 +46,6 @@ func TestImportRefusesWhatItCannotPlace(t *testing.T) {
 	defer s.Close()
 	if n, i, _ := s.Counts(); n != 0 || i != 0 {
 		t.Errorf("%d record(s) and %d intent(s) imported", n, i)
-	}
-}
-
-func TestWithoutPreloaded(t *testing.T) {
-	t.Parallel()
-	idA, idB := "sha256:"+strings.Repeat("a", 64), "sha256:"+strings.Repeat("b", 64)
-	images := []ensure.Image{
-		{ID: idA, Names: []string{"registry.test/team/app:v1", "mirror.test/team/app:v1", "registry.test/team/app@" + idA}},
-		{ID: idB, Names: []string{"busybox:1.36"}},
-	}
-	for _, tc := range []struct {
-		name      string
-		preloaded []string
-		want      map[string][]string // image ID -> repositories left to mark
-		wantErr   string
-	}{
-		{"nothing named: every image, every repository", nil,
-			map[string][]string{idA: {"registry.test/team/app", "mirror.test/team/app"}, idB: {"docker.io/library/busybox"}}, ""},
-		{"a name takes out its repository of the image only", []string{"mirror.test/team/app:v1"},
-			map[string][]string{idA: {"registry.test/team/app"}, idB: {"docker.io/library/busybox"}}, ""},
-		{"a short name is matched normalized, and an image left with no repository is out", []string{"busybox:1.36"},
-			map[string][]string{idA: {"registry.test/team/app", "mirror.test/team/app"}}, ""},
-		{"an ID takes out the whole image, with or without sha256:", []string{strings.Repeat("a", 64)},
-			map[string][]string{idB: {"docker.io/library/busybox"}}, ""},
-		{"a name of another tag is not the image", []string{"mirror.test/team/app:v2"}, nil, "--preloaded mirror.test/team/app:v2: no such image on the node"},
-		{"an ID not on the node is an error", []string{"sha256:" + strings.Repeat("c", 64)}, nil, "no such image on the node"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := withoutPreloaded(images, tc.preloaded)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := map[string][]string{}
-			for _, img := range got {
-				m[img.ID] = img.Repositories
-			}
-			if !reflect.DeepEqual(m, tc.want) {
-				t.Errorf("got %v, want %v", m, tc.want)
-			}
-		})
 	}
 }
 
