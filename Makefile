@@ -5,7 +5,7 @@ BIN      ?= bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
-# Packages without root or real components; e2e/ holds the end-to-end tests.
+# Packages without root or real components; test/e2e holds the end-to-end tests.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 # The runtime the e2e tests, node tests, bench and demo run on: containerd 2.3 (the reference, built
 # by hack/build-containerd.sh) unless CONTAINERD=2.4 (the newest minor, built beside it) or
@@ -63,12 +63,12 @@ unit: ## unit tests, with the race detector; COUNT=3 runs each three times in on
 
 e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
 	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
-	$(GO) test -v -count=1 -timeout 60m -skip '^TestNode$$' ./e2e/
+	$(GO) test -v -count=1 -timeout 60m -skip '^TestNode$$' ./test/e2e/
 
 e2e-node: ## the product under real kubelets (current and old): one-node cluster on this machine (root, 2+ cores)
 	@if [ "$$(id -u)" != 0 ] || [ "$$(nproc)" -lt 2 ]; then \
 	  echo "!!! e2e-node needs root and 2 cores (a kubelet, an apiserver, etcd and containerd): SKIPPED !!!"; \
-	else $(GO) test -v -count=1 -timeout 45m -run '^TestNode$$' ./e2e/; fi
+	else $(GO) test -v -count=1 -timeout 45m -run '^TestNode$$' ./test/e2e/; fi
 
 newest: ## the e2e and node tests on containerd 2.4, the newest minor (root)
 	$(MAKE) CONTAINERD=2.4 e2e e2e-node
@@ -77,7 +77,7 @@ legacy: ## the e2e and node tests on containerd 1.6 from Debian, the legacy leg 
 	$(MAKE) CONTAINERD=1.6 e2e e2e-node
 
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
-	$(GO) run ./bench $(BENCH_FLAGS)
+	$(GO) run ./test/bench $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -benchmem ./credplugins/ ./authcache/ ./ensure/
 
 # The demo installs only what it uses (Debian's packages and crictl, hack/install-deps.sh --demo)

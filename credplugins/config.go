@@ -17,7 +17,7 @@ import (
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 )
 
 // Config is a loaded, validated CredentialProviderConfig.

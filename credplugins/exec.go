@@ -6,14 +6,14 @@ import (
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins/pluginapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 )
 
 // DefaultExecTimeout is the kubelet's catch-all timeout for a plugin.
 const DefaultExecTimeout = execplugin.DefaultTimeout
 
 // Errors of an exec, for callers that branch and for metric results: the
-// bounds of the exec are internal/execplugin's, shared with image policy
+// bounds of the exec are execplugin's, shared with image policy
 // plugins.
 var (
 	ErrPluginTimeout     = execplugin.ErrTimeout

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 // respond is a script answering a fixed response in the request's apiVersion.

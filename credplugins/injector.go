@@ -16,7 +16,7 @@ import (
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	"k8s.io/utils/clock"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 )
 
 // Options configure an Injector. The zero value is usable.

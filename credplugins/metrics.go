@@ -3,7 +3,7 @@ package credplugins
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 )
 
 // kind is how credential provider plugins are named in their

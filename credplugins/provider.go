@@ -7,7 +7,7 @@ import (
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )

@@ -11,7 +11,7 @@ import (
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 func TestReload(t *testing.T) {

@@ -19,10 +19,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 // fakeAPI is a fake clientset with pods and service accounts, whose

@@ -6,7 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 

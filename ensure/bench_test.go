@@ -12,12 +12,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 // BenchmarkGuardImageStatus is the guard's own cost on ImageStatus, with

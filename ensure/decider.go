@@ -12,7 +12,7 @@ import (
 
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 

@@ -6,7 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 )
 
 // RemoveImage is the CRI adapter of Remove.

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 // spellingEngine is the real image policy engine with one exec plugin,

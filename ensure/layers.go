@@ -10,7 +10,7 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 )
 
 // Runtime is what the enforcer asks the container runtime, in its own

@@ -11,8 +11,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-containerd.sh: build containerd 2.x, its runc shim and runc from the
 # Go module proxy into $TOOLS_DIR/containerd-$CONTAINERD_VERSION, where the e2e
-# rig, the node tests, the demo and the bench find them (internal/rig: Runtime).
+# rig, the node tests, the demo and the bench find them (test/rig: Runtime).
 # A directory already complete is kept: a machine builds each version once
 # (about 20 minutes on 2 cores with a cold Go cache for the first, a few
 # minutes for another minor whose dependencies are mostly the same).

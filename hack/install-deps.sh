@@ -12,7 +12,7 @@
 # 1.6 until then.
 #
 # Env: TOOLS_DIR, CRI_TOOLS_VERSION (v1.34.0), CONTAINERD_VERSIONS ("v2.3.7 v2.4.2": the patches
-# internal/rig runs for CONTAINERD=2.3 and 2.4).
+# test/rig runs for CONTAINERD=2.3 and 2.4).
 set -euo pipefail
 
 demo=false

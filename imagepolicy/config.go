@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 

@@ -34,7 +34,7 @@
 //   - Plugins are told the repository in its canonical form (host
 //     case-folded, IP literal canonical, port kept), and verdicts are
 //     cached under it: spellings of one host share them.
-//   - Exec (package policyapi on the wire, internal/execplugin for the
+//   - Exec (package policyapi on the wire, execplugin for the
 //     bounds): the request on stdin, the verdict on stdout, strictly
 //     decoded; the same bounds as credential plugins (timeout, 1 MiB of
 //     stdout, the process group killed). stderr is logged at debug level

@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/authcache"
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/keyring"
 )
 

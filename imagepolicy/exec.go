@@ -1,8 +1,8 @@
 package imagepolicy
 
 import (
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 )
 
 // runner runs one plugin once; a seam for tests.
@@ -16,7 +16,7 @@ var codec = execplugin.Codec[policyapi.ImagePolicyRequest, *policyapi.ImagePolic
 }
 
 // newExecRunner runs a plugin executable with the bounds of every exec
-// plugin of the proxy (internal/execplugin) and the provider's timeout.
+// plugin of the proxy (execplugin) and the provider's timeout.
 func newExecRunner(p Provider, binDir string) runner {
 	return execplugin.NewExec(p.entry(), binDir, p.Timeout, codec)
 }

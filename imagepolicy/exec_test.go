@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 // TestExecFaults runs real plugin executables through the engine: each

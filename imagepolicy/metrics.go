@@ -3,8 +3,8 @@ package imagepolicy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cri-image-proxy/cri-image-proxy/execplugin"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/execplugin"
 )
 
 // kind is how image policy plugins are named in their configuration's

@@ -19,7 +19,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 // lyingRegistry is a registry a tenant runs: it answers 200 to every HEAD

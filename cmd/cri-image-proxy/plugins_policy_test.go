@@ -9,7 +9,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/testkit"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 // policyPlugins writes a bin directory with two policy plugins and a

@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/daemon"
+	"github.com/cri-image-proxy/cri-image-proxy/daemon"
 )
 
 func newServeCmd() *cobra.Command {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/signtest"
+	"github.com/cri-image-proxy/cri-image-proxy/test/signtest"
 )
 
 // TestThroughTheEngine runs the built plugin as the proxy does: an

@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/signtest"
+	"github.com/cri-image-proxy/cri-image-proxy/test/signtest"
 )
 
 const (

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 )
 
 func TestImport(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/internal/rig"
+	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )

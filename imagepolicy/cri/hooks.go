@@ -9,8 +9,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
