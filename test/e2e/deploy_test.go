@@ -30,7 +30,7 @@ func TestInstall(t *testing.T) {
 	root := t.TempDir()
 	mk := func(target string) {
 		t.Helper()
-		out, err := exec.Command("make", "-C", "..", target, "DESTDIR="+root, "BIN="+filepath.Join(root, "build")).CombinedOutput()
+		out, err := exec.Command("make", "-C", "../..", target, "DESTDIR="+root, "BIN="+filepath.Join(root, "build")).CombinedOutput()
 		if err != nil {
 			t.Fatalf("make %s: %v\n%s", target, err, out)
 		}

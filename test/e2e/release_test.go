@@ -14,7 +14,7 @@ import (
 // sums that verify, and a version that names the commit.
 func TestRelease(t *testing.T) {
 	dir := t.TempDir()
-	out, err := exec.Command("make", "-C", "..", "release", "RELEASE_DIR="+dir).CombinedOutput()
+	out, err := exec.Command("make", "-C", "../..", "release", "RELEASE_DIR="+dir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("make release: %v\n%s", err, out)
 	}
