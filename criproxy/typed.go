@@ -57,21 +57,11 @@ func typedMethod[Req any, PReq interface {
 	return grpc.MethodDesc{
 		MethodName: name,
 		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			// The frame is decoded here, not by gRPC: gRPC answers a request
-			// it cannot decode (invalid UTF-8 in a string field, a truncated
-			// message) with Internal, written before the handler could say
-			// otherwise. It is the caller's mistake: InvalidArgument, as on
-			// the filtered path, the same on every intercepted method.
-			in := new(frame)
-			if err := dec(in); err != nil {
+			in, req, err := decodeFrame[Req, PReq](name, dec)
+			if err != nil {
 				return nil, err
 			}
-			req := PReq(new(Req))
-			err := proto.Unmarshal(contiguous(in.data), req)
 			in.free()
-			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "decode %s request: %v", name, err)
-			}
 			return serve(ctx, req, interceptor)
 		},
 	}
@@ -147,14 +137,9 @@ func filteredMethod[Req any, PReq interface {
 	return grpc.MethodDesc{
 		MethodName: name,
 		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			in := new(frame)
-			if err := dec(in); err != nil {
+			in, req, err := decodeFrame[Req, PReq](name, dec)
+			if err != nil {
 				return nil, err
-			}
-			req := PReq(new(Req))
-			if err := proto.Unmarshal(contiguous(in.data), req); err != nil {
-				in.free()
-				return nil, status.Errorf(codes.InvalidArgument, "decode %s request: %v", name, err)
 			}
 			if wants(req) {
 				in.free()
@@ -181,6 +166,29 @@ func filteredMethod[Req any, PReq interface {
 			return interceptor(ctx, req, info, forward)
 		},
 	}
+}
+
+// decodeFrame reads a request's frame with dec and decodes it into a new
+// request, returning both: the caller frees the frame once it no longer
+// forwards it as it came. The frame is decoded here, not by gRPC: gRPC
+// answers a request it cannot decode (invalid UTF-8 in a string field, a
+// truncated message) with Internal, written before the handler could say
+// otherwise. It is the caller's mistake: InvalidArgument, the same on every
+// intercepted method, filtered or not.
+func decodeFrame[Req any, PReq interface {
+	*Req
+	proto.Message
+}](name string, dec func(any) error) (*frame, PReq, error) {
+	in := new(frame)
+	if err := dec(in); err != nil {
+		return nil, nil, err
+	}
+	req := PReq(new(Req))
+	if err := proto.Unmarshal(contiguous(in.data), req); err != nil {
+		in.free()
+		return nil, nil, status.Errorf(codes.InvalidArgument, "decode %s request: %v", name, err)
+	}
+	return in, req, nil
 }
 
 // contiguous returns the bytes of data, copying only when they are split

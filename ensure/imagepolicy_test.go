@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -17,71 +16,8 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/imagepolicytest"
 )
-
-// fakePolicy is an image policy (cri.Policy) that requires a
-// signature in some namespaces: it allows a manifest digest it holds as
-// signed, and an image ID a verdict was bound to for that namespace.
-type fakePolicy struct {
-	mu         sync.Mutex
-	namespaces map[string]bool // namespaces with a policy
-	signed     map[string]bool // signed manifest digests
-	bound      map[string]bool // image ID + "/" + namespace
-	asked      []imagepolicy.Subject
-}
-
-func newFakePolicy(namespaces ...string) *fakePolicy {
-	f := &fakePolicy{namespaces: map[string]bool{}, signed: map[string]bool{}, bound: map[string]bool{}}
-	for _, ns := range namespaces {
-		f.namespaces[ns] = true
-	}
-	return f
-}
-
-func (f *fakePolicy) sign(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.signed[manifestDigest(id)] = true
-}
-
-func (f *fakePolicy) Decide(_ context.Context, s imagepolicy.Subject) (imagepolicy.Verdict, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.asked = append(f.asked, s)
-	ns := s.Pod.Namespace
-	switch {
-	case !f.namespaces[ns]:
-		return imagepolicy.Verdict{Allowed: true, Namespace: ns}, nil
-	case f.bound[s.ImageID+"/"+ns] || f.signed[s.Digest]:
-		return imagepolicy.Verdict{Allowed: true, Namespace: ns, Decisions: []imagepolicy.Decision{{Provider: "fake", Allowed: true}}}, nil
-	}
-	return imagepolicy.Verdict{Namespace: ns, PodReason: "image is not signed"}, nil
-}
-
-func (f *fakePolicy) Bind(v imagepolicy.Verdict, imageID string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if v.Allowed && len(v.Decisions) > 0 {
-		f.bound[imageID+"/"+v.Namespace] = true
-	}
-}
-
-func (f *fakePolicy) Applies(namespace, _ string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.namespaces[namespace]
-}
-
-func (f *fakePolicy) NoMatchPolicy(string) imagepolicy.NoMatchPolicy { return imagepolicy.NoMatchAllow }
-
-// subjects returns what was asked since the last call.
-func (f *fakePolicy) subjects() []imagepolicy.Subject {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.asked
-	f.asked = nil
-	return out
-}
 
 const (
 	signedImage   = "registry.test/public/signed:v1"
@@ -98,14 +34,14 @@ var (
 
 // newPolicySetup is a checked guard (the registry's word, innermost) with
 // an image policy for namespace secure, and public images, one signed.
-func newPolicySetup(t *testing.T) (*setup, *fakePolicy) {
+func newPolicySetup(t *testing.T) (*setup, *imagepolicytest.Policy) {
 	t.Helper()
 	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
 	s.checked = true
 	s.node.serve(signedImage, refSigned, "")
 	s.node.serve(unsignedImage, refUnsigned, "")
-	f := newFakePolicy("secure")
-	f.sign(refSigned)
+	f := imagepolicytest.NewPolicy("secure")
+	f.Sign(manifestDigest(refSigned))
 	s.imagePolicy = f
 	s.restart(t, ensure.NeverVerifyPreloadedImages)
 	return s, f
@@ -134,7 +70,7 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 		if got := s.start(podSecure, signedImage, "IfNotPresent"); got != running {
 			t.Fatalf("%s, want %s", got, running)
 		}
-		asked := f.subjects()
+		asked := f.Subjects()
 		if len(asked) != 2 {
 			t.Fatalf("asked %d times, want a pull and a create: %+v", len(asked), asked)
 		}
@@ -168,14 +104,14 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 			t.Fatalf("the other namespace's pod: %s", got)
 		}
 		for _, ref := range []string{unsignedImage, refUnsigned, strings.TrimPrefix(refUnsigned, "sha256:")[:12]} {
-			f.subjects()
+			f.Subjects()
 			err := s.create(podSecure, ref, "")
 			if st := status.Convert(err); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "image is not signed") {
 				t.Errorf("%s: got %v, want PermissionDenied with the policy's reason", ref, err)
 			}
 			// By ID the repository comes from the runtime's names, so that
 			// the providers of that repository apply, with its digest.
-			if asked := f.subjects(); len(asked) != 1 || asked[0].Repository != "registry.test/public/unsigned" || asked[0].Digest != manifestDigest(refUnsigned) || asked[0].ImageID != refUnsigned {
+			if asked := f.Subjects(); len(asked) != 1 || asked[0].Repository != "registry.test/public/unsigned" || asked[0].Digest != manifestDigest(refUnsigned) || asked[0].ImageID != refUnsigned {
 				t.Errorf("%s: asked %+v", ref, asked)
 			}
 		}
@@ -200,11 +136,11 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 		if got := s.start(podSecure, signedImage, "IfNotPresent"); got != running {
 			t.Fatalf("%s", got)
 		}
-		f.subjects()
+		f.Subjects()
 		if err := s.create(podSecure, refSigned, signedImage, unsignedImage); status.Code(err) != codes.PermissionDenied {
 			t.Errorf("unsigned volume: %v, want PermissionDenied", err)
 		}
-		if asked := f.subjects(); len(asked) != 2 || asked[1].Call != imagepolicy.CallImageVolume {
+		if asked := f.Subjects(); len(asked) != 2 || asked[1].Call != imagepolicy.CallImageVolume {
 			t.Errorf("asked %+v; want the image, then the volume as an ImageVolume", asked)
 		}
 		if err := s.create(podSecure, refSigned, signedImage, signedImage); err != nil {
@@ -231,7 +167,7 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 		if got := s.start(podSecure, signedImage, "IfNotPresent"); got != running {
 			t.Fatalf("%s, want %s", got, running)
 		}
-		asked := f.subjects()
+		asked := f.Subjects()
 		if len(asked) != 2 || asked[0].Pod.ServiceAccount != "web" || asked[1].Pod.ServiceAccount != "web" {
 			t.Errorf("asked %+v; want the service account web at pull and at create", asked)
 		}
@@ -242,7 +178,7 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 		if got := s.start(pod{uid: "st", ns: "secure", static: true}, unsignedImage, "IfNotPresent"); got != errImagePull {
 			t.Errorf("%s, want %s", got, errImagePull)
 		}
-		if asked := f.subjects(); len(asked) == 0 || !asked[0].Pod.Static {
+		if asked := f.Subjects(); len(asked) == 0 || !asked[0].Pod.Static {
 			t.Errorf("asked %+v; want a static pod", asked)
 		}
 	})
@@ -265,11 +201,11 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 		if got := s.start(podA, private, "IfNotPresent"); got != running {
 			t.Fatalf("A: %s", got)
 		}
-		f.subjects()
+		f.Subjects()
 		if err := s.create(pod{uid: "b", ns: "secure"}, refApp, private); status.Code(err) != codes.PermissionDenied {
 			t.Errorf("got %v, want ensure's refusal", err)
 		}
-		if asked := f.subjects(); len(asked) != 0 {
+		if asked := f.Subjects(); len(asked) != 0 {
 			t.Errorf("the image policy was asked %+v", asked)
 		}
 	})

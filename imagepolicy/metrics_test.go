@@ -1,11 +1,12 @@
 package imagepolicy
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
 // TestMetricDescriptions: operators' dashboards and the alerts of
@@ -17,13 +18,7 @@ func TestMetricDescriptions(t *testing.T) {
 	if _, err := New(&Config{Hash: "sha256:test"}, Options{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan *prometheus.Desc)
-	go func() { reg.Describe(ch); close(ch) }()
-	var got []string
-	for d := range ch {
-		got = append(got, d.String())
-	}
-	slices.Sort(got)
+	got := testkit.MetricDescriptions(reg)
 	want := []string{
 		`Desc{fqName: "cri_image_proxy_image_policy_cache_entries", help: "Cached verdicts of a provider (per image digest or ID and namespace), expired ones not yet purged included.", unit: "", constLabels: {}, variableLabels: {provider}}`,
 		`Desc{fqName: "cri_image_proxy_image_policy_config_info", help: "Hash of the image policy configuration in use, as a label.", unit: "", constLabels: {}, variableLabels: {hash}}`,

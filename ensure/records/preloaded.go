@@ -2,8 +2,6 @@ package records
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -11,7 +9,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
-	kjson "sigs.k8s.io/json"
 
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -67,15 +64,8 @@ func preloadedBucket(tx *bolt.Tx) *bolt.Bucket { return bucket(tx, bucketSchema,
 
 func decodePreloaded(key, data []byte) (*PreloadedRecord, error) {
 	r := &PreloadedRecord{}
-	strict, err := kjson.UnmarshalStrict(data, r)
-	if err != nil {
-		return nil, fmt.Errorf("preloaded record %s: %w", key, err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("preloaded record %s: %w", key, errors.Join(strict...))
-	}
-	if r.ImageRef != string(key) {
-		return nil, fmt.Errorf("preloaded record %s: holds image %q", key, r.ImageRef)
+	if err := decodeKeyed("preloaded record", key, data, r, &r.ImageRef); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -71,22 +71,43 @@ func validImageRef(ref string) error {
 // the kubelet does: a record under the wrong key is no record.
 func decodeRecord(key, data []byte) (*Record, error) {
 	r := &Record{}
-	strict, err := kjson.UnmarshalStrict(data, r)
-	if err != nil {
-		return nil, fmt.Errorf("record %s: %w", key, err)
-	}
-	if len(strict) > 0 {
-		return nil, fmt.Errorf("record %s: %w", key, errors.Join(strict...))
-	}
-	if r.ImageRef != string(key) {
-		return nil, fmt.Errorf("record %s: holds image %q", key, r.ImageRef)
+	if err := decodeKeyed("record", key, data, r, &r.ImageRef); err != nil {
+		return nil, err
 	}
 	return r, nil
+}
+
+// decodeKeyed decodes data into v strictly (an unknown or duplicate field
+// is an error, as in the kubelet's own reads) and refuses a record whose
+// image, *imageRef once decoded, is not its key. what names the kind in
+// errors.
+func decodeKeyed(what string, key, data []byte, v any, imageRef *string) error {
+	strict, err := kjson.UnmarshalStrict(data, v)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, key, err)
+	}
+	if len(strict) > 0 {
+		return fmt.Errorf("%s %s: %w", what, key, errors.Join(strict...))
+	}
+	if *imageRef != string(key) {
+		return fmt.Errorf("%s %s: holds image %q", what, key, *imageRef)
+	}
+	return nil
 }
 
 func encodeRecord(r *Record) ([]byte, error) {
 	r.APIVersion, r.Kind = kubeletconfigv1beta1.SchemeGroupVersion.String(), "ImagePulledRecord"
 	return json.Marshal(r)
+}
+
+// storeRecord encodes r and stores it under its image ID, changed at
+// updated.
+func storeRecord(tx *bolt.Tx, r *Record, updated time.Time) error {
+	data, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	return putRecord(tx, []byte(r.ImageRef), data, updated)
 }
 
 // Get returns the record of an image ID, or ErrNotFound. The record may be
@@ -224,14 +245,11 @@ func (s *Store) recordPull(imageRef, repo string, cred Credential, intentID stri
 		MergeCredential(r, repo, cred)
 		d.replace(nil, r)
 		r.LastUpdatedTime = metav1.NewTime(now)
-		data, err := encodeRecord(r)
-		if err != nil {
-			return nil, err
-		}
-		if err := putRecord(tx, []byte(imageRef), data, now); err != nil {
+		if err := storeRecord(tx, r, now); err != nil {
 			return nil, err
 		}
 		if first {
+			var err error
 			if names, err = addPreloaded(tx, imageRef, preloaded, r.LastUpdatedTime); err != nil {
 				return nil, err
 			}
@@ -358,11 +376,7 @@ func (s *Store) RevokeImage(imageRef string, now time.Time) (bool, error) {
 		}
 		d.replace(nil, r)
 		r.LastUpdatedTime = metav1.NewTime(now)
-		data, err := encodeRecord(r)
-		if err != nil {
-			return nil, err
-		}
-		if err := putRecord(tx, []byte(imageRef), data, now); err != nil {
+		if err := storeRecord(tx, r, now); err != nil {
 			return nil, err
 		}
 		return []string{imageRef}, delPreloaded(tx, []byte(imageRef))
@@ -439,11 +453,7 @@ func (s *Store) PutRecordsPreloaded(recs []*Record, pre []*PreloadedRecord) erro
 		for _, r := range recs {
 			d.takeOut(tx, []byte(r.ImageRef))
 			d.replace(nil, r)
-			data, err := encodeRecord(r)
-			if err != nil {
-				return nil, err
-			}
-			if err := putRecord(tx, []byte(r.ImageRef), data, r.LastUpdatedTime.Time); err != nil {
+			if err := storeRecord(tx, r, r.LastUpdatedTime.Time); err != nil {
 				return nil, err
 			}
 		}

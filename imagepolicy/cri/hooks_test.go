@@ -15,6 +15,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
+	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/imagepolicytest"
 )
 
 // hooks are image policy's own hooks over a node that serves the signed
@@ -22,15 +23,15 @@ import (
 type hooks struct {
 	node *node
 	h    *cri.Hooks
-	f    *fakePolicy
+	f    *imagepolicytest.Policy
 }
 
 func newHooks() hooks {
 	n := newNode()
 	n.serve(signedImage, refSigned)
 	n.serve(unsignedImage, refUnsigned)
-	f := newFakePolicy("secure")
-	f.sign(refSigned)
+	f := imagepolicytest.NewPolicy("secure")
+	f.Sign(manifestDigest(refSigned))
 	return hooks{n, cri.NewHooks(f, nil, n, n, slog.New(slog.DiscardHandler)), f}
 }
 
@@ -63,7 +64,7 @@ func TestImagePolicyWithoutEnsure(t *testing.T) {
 			if err := x.pull(podSecure, signedImage, x.node.PullImage); err != nil {
 				t.Fatal(err)
 			}
-			if !x.f.isBound(refSigned, "secure") {
+			if !x.f.IsBound(refSigned, "secure") {
 				t.Errorf("the pull's verdict is not bound to the image it produced")
 			}
 			if err := x.create(podSecure, refSigned); err != nil {
@@ -72,7 +73,7 @@ func TestImagePolicyWithoutEnsure(t *testing.T) {
 			if checks, _ := x.node.counts(); checks != 1 {
 				t.Errorf("%d registry checks, want 1", checks)
 			}
-			asked := x.f.subjects()
+			asked := x.f.Subjects()
 			if len(asked) != 2 || asked[0].Digest != manifestDigest(refSigned) || asked[0].Repository != "registry.test/public/signed" || asked[0].Platform == nil ||
 				asked[1].ImageID != refSigned || asked[1].Repository != "registry.test/public/signed" || asked[1].Digest != manifestDigest(refSigned) {
 				t.Errorf("asked %+v; want the pull on the registry's digest, the create on the runtime's answer", asked)
@@ -111,7 +112,7 @@ func TestImagePolicyWithoutEnsure(t *testing.T) {
 			if status.Code(err) != codes.Aborted {
 				t.Errorf("got %v, want Aborted", err)
 			}
-			if x.f.isBound(refUnsigned, "secure") || x.f.isBound(refSigned, "secure") {
+			if x.f.IsBound(refUnsigned, "secure") || x.f.IsBound(refSigned, "secure") {
 				t.Errorf("a verdict was bound")
 			}
 			if err := x.create(podSecure, refUnsigned); status.Code(err) != codes.PermissionDenied {
@@ -145,7 +146,7 @@ func TestImagePolicyWithoutEnsure(t *testing.T) {
 			if err := x.create(podOther, refUnsigned); err != nil {
 				t.Errorf("create: %v", err)
 			}
-			if checks, _ := x.node.counts(); checks != 0 || len(x.f.subjects()) != 0 {
+			if checks, _ := x.node.counts(); checks != 0 || len(x.f.Subjects()) != 0 {
 				t.Errorf("%d registry checks, the policy asked", checks)
 			}
 		}},
@@ -191,8 +192,8 @@ func TestThePluginsAreToldThePodsServiceAccount(t *testing.T) {
 			t.Parallel()
 			n := newNode()
 			n.serve(signedImage, refSigned)
-			f := newFakePolicy("secure")
-			f.sign(refSigned)
+			f := imagepolicytest.NewPolicy("secure")
+			f.Sign(manifestDigest(refSigned))
 			x := hooks{n, cri.NewHooks(f, tc.pods, n, n, slog.New(slog.DiscardHandler)), f}
 			if err := x.pull(tc.pod, signedImage, n.PullImage); err != nil {
 				t.Fatal(err)
@@ -200,7 +201,7 @@ func TestThePluginsAreToldThePodsServiceAccount(t *testing.T) {
 			if err := x.create(tc.pod, refSigned); err != nil {
 				t.Fatal(err)
 			}
-			asked := f.subjects()
+			asked := f.Subjects()
 			if len(asked) != 2 {
 				t.Fatalf("asked %+v; want a pull and a create", asked)
 			}

@@ -11,7 +11,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
-	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -127,76 +126,6 @@ func (n *node) counts() (checks, pulls int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.checks, n.pulls
-}
-
-// fakePolicy is an image policy (cri.Policy) that requires a signature in
-// some namespaces: it allows a manifest digest it holds as signed, and an
-// image ID a verdict was bound to for that namespace.
-type fakePolicy struct {
-	mu         sync.Mutex
-	namespaces map[string]bool // namespaces with a policy
-	signed     map[string]bool // signed manifest digests
-	bound      map[string]bool // image ID + "/" + namespace
-	asked      []imagepolicy.Subject
-}
-
-func newFakePolicy(namespaces ...string) *fakePolicy {
-	f := &fakePolicy{namespaces: map[string]bool{}, signed: map[string]bool{}, bound: map[string]bool{}}
-	for _, ns := range namespaces {
-		f.namespaces[ns] = true
-	}
-	return f
-}
-
-func (f *fakePolicy) sign(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.signed[manifestDigest(id)] = true
-}
-
-func (f *fakePolicy) Decide(_ context.Context, s imagepolicy.Subject) (imagepolicy.Verdict, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.asked = append(f.asked, s)
-	ns := s.Pod.Namespace
-	switch {
-	case !f.namespaces[ns]:
-		return imagepolicy.Verdict{Allowed: true, Namespace: ns}, nil
-	case f.bound[s.ImageID+"/"+ns] || f.signed[s.Digest]:
-		return imagepolicy.Verdict{Allowed: true, Namespace: ns, Decisions: []imagepolicy.Decision{{Provider: "fake", Allowed: true}}}, nil
-	}
-	return imagepolicy.Verdict{Namespace: ns, PodReason: "image is not signed"}, nil
-}
-
-func (f *fakePolicy) Bind(v imagepolicy.Verdict, imageID string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if v.Allowed && len(v.Decisions) > 0 {
-		f.bound[imageID+"/"+v.Namespace] = true
-	}
-}
-
-func (f *fakePolicy) isBound(imageID, namespace string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bound[imageID+"/"+namespace]
-}
-
-func (f *fakePolicy) Applies(namespace, _ string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.namespaces[namespace]
-}
-
-func (f *fakePolicy) NoMatchPolicy(string) imagepolicy.NoMatchPolicy { return imagepolicy.NoMatchAllow }
-
-// subjects returns what was asked since the last call.
-func (f *fakePolicy) subjects() []imagepolicy.Subject {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := f.asked
-	f.asked = nil
-	return out
 }
 
 // pod is a pod as the kubelet describes it over CRI.

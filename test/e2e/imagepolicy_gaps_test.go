@@ -127,13 +127,7 @@ providers:
 	}
 	t.Cleanup(rmi)
 
-	for _, mode := range []struct {
-		name  string
-		flags []string
-	}{
-		{"ensure on", []string{"--ensure-secret-pulled-images", "--ensure-database", filepath.Join(ps.dir, "ensure.db"), "--admin-socket", filepath.Join(ps.dir, "admin.sock")}},
-		{"ensure off", nil},
-	} {
+	for _, mode := range policyModes(ps.dir) {
 		t.Run(mode.name, func(t *testing.T) {
 			rmi()
 			writePolicy("release-key", release)

@@ -316,13 +316,7 @@ func TestImagePolicy(t *testing.T) {
 	}
 	t.Cleanup(rmi)
 
-	for _, mode := range []struct {
-		name  string
-		flags []string
-	}{
-		{"ensure on", []string{"--ensure-secret-pulled-images", "--ensure-database", filepath.Join(ps.dir, "ensure.db"), "--admin-socket", filepath.Join(ps.dir, "admin.sock")}},
-		{"ensure off", nil},
-	} {
+	for _, mode := range policyModes(ps.dir) {
 		t.Run(mode.name, func(t *testing.T) {
 			rmi()
 			slug := strings.ReplaceAll(mode.name, " ", "-")
@@ -477,4 +471,19 @@ providers:
 		t.Fatal(err)
 	}
 	return []string{"--image-policy-config", config, "--image-policy-bin-dir", dir}
+}
+
+// A policyMode is one of the two ways image policy runs in the proxy:
+// asked by ensure's guard (ensure on), or on its own hooks (ensure off).
+type policyMode struct {
+	name  string
+	flags []string // the proxy's, beside the policy's own
+}
+
+// policyModes are both modes, ensure's files in dir.
+func policyModes(dir string) []policyMode {
+	return []policyMode{
+		{"ensure on", []string{"--ensure-secret-pulled-images", "--ensure-database", filepath.Join(dir, "ensure.db"), "--admin-socket", filepath.Join(dir, "admin.sock")}},
+		{"ensure off", nil},
+	}
 }

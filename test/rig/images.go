@@ -255,15 +255,7 @@ func (r *Rig) PushMarker(ref, marker string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tag, err := name.NewTag(r.Registry+"/"+ref, name.Insecure)
-	if err != nil {
-		return "", err
-	}
-	if err := remote.Write(tag, img, remote.WithAuth(&authn.Basic{Username: "user", Password: Users["user"]})); err != nil {
-		return "", fmt.Errorf("push %s: %w", tag, err)
-	}
-	d, err := img.Digest()
-	return d.String(), err
+	return r.pushAsUser(ref, img)
 }
 
 // PushBusybox pushes busybox plus a file naming marker to the
@@ -283,6 +275,12 @@ func (r *Rig) PushBusybox(ref, marker string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return r.pushAsUser(ref, img)
+}
+
+// pushAsUser pushes img to the authenticated registry as ref (relative to
+// it), as the rig's user, and returns its digest.
+func (r *Rig) pushAsUser(ref string, img v1.Image) (string, error) {
 	tag, err := name.NewTag(r.Registry+"/"+ref, name.Insecure)
 	if err != nil {
 		return "", err

@@ -1,7 +1,8 @@
 // Package testkit holds the test helpers that the tests of several
-// packages share, written once: an executable plugin script (WritePlugin)
-// and a registry a tenant runs for itself, one that serves only what the
-// test put, honest or lying about the blobs it holds (Registry).
+// packages share, written once: an executable plugin script (WritePlugin),
+// a registry a tenant runs for itself, one that serves only what the
+// test put, honest or lying about the blobs it holds (Registry), and the
+// metrics a collector describes, as a test pins them (MetricDescriptions).
 //
 // It is for tests only: it is imported from _test.go files, never from
 // product code (TestOnlyTestsImportTestkit checks the tree), so no test
