@@ -94,7 +94,7 @@ registries: [{host: %s, endpoint: "http://%s"}]
 policies:
   - name: signed
     namespaces: [%s, %s, %s]
-    authorities: [{name: %s, key: {path: %s}}]
+    authorities: [{name: %s, key: {path: %q}}]
 `, gapsHost, testRig.AnonRegistry, gapsSigned, gapsDeny, gapsWarn, keyName, keyPath), 0o644)
 	}
 	policy := writePolicy("release-key", release)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -104,16 +105,18 @@ func newPolicySetup(t *testing.T, o policyOptions) *policySetup {
 		t.Fatal(err)
 	}
 	namespaces := "[" + strings.Join(o.namespaces, ", ") + "]"
-	// The test authority issues certificates without SCTs.
+	// The test authority issues certificates without SCTs. Paths are
+	// quoted: a test's name (a node test's kubelet variant, say) may hold a
+	// comma, which ends a YAML flow value.
 	policy := ps.write(t, "sigstore-policy.yaml", `apiVersion: config.cri-image-proxy.io/v1alpha1
 kind: SigstoreImagePolicy
-trustedRoot: `+ps.write(t, "trusted_root.json", string(root), 0o644)+`
+trustedRoot: `+strconv.Quote(ps.write(t, "trusted_root.json", string(root), 0o644))+`
 policies:
   - name: signed
     namespaces: `+namespaces+`
     authorities:
       - name: release-key
-        key: {path: `+ps.write(t, "release.pub", string(ps.key.PublicKeyPEM()), 0o644)+`}
+        key: {path: `+strconv.Quote(ps.write(t, "release.pub", string(ps.key.PublicKeyPEM()), 0o644))+`}
       - name: ci
         keyless:
           identities: [{issuer: "`+ciIssuer+`", subject: "`+ciIdentity+`"}]
