@@ -39,13 +39,7 @@ const (
 // the map as the code has it.
 func TestTheImportMapIsTheCodes(t *testing.T) {
 	g := moduleGraph(t)
-	lines := docBlock(t, importsMarker)
-	entries, problems := parseImportMap(lines)
-	problems = append(problems, checkImportMap(entries, g)...)
-	for _, p := range problems {
-		t.Errorf("%s:%s", architectureDoc, p)
-	}
-	if len(problems) > 0 {
+	if report(t, importMapProblems(docBlock(t, importsMarker), g)) {
 		t.Logf("the import map as the code has it:\n%s", renderImportMap(g))
 	}
 }
@@ -57,12 +51,31 @@ func TestTheImportMapIsTheCodes(t *testing.T) {
 // its own. A folder drawn apart is imported by nothing of the module.
 func TestTheLayersAreTheCodes(t *testing.T) {
 	g := moduleGraph(t)
-	lines := docBlock(t, layersMarker)
-	d, problems := parseLayers(lines)
-	problems = append(problems, checkLayers(d, g)...)
+	report(t, layerProblems(docBlock(t, layersMarker), g))
+}
+
+// report fails the test with each problem, at its line of
+// architecture.md, and says whether there was any.
+func report(t *testing.T, problems []string) bool {
+	t.Helper()
 	for _, p := range problems {
 		t.Errorf("%s:%s", architectureDoc, p)
 	}
+	return len(problems) > 0
+}
+
+// importMapProblems are the problems of an import map's lines: lines out
+// of its form, and lines that differ from g.
+func importMapProblems(lines []line, g graph) []string {
+	entries, problems := parseImportMap(lines)
+	return append(problems, checkImportMap(entries, g)...)
+}
+
+// layerProblems are the problems of a layers drawing's lines: lines out of
+// its form, lines that differ from g, and imports that run up.
+func layerProblems(lines []line, g graph) []string {
+	d, problems := parseLayers(lines)
+	return append(problems, checkLayers(d, g)...)
 }
 
 // graph is the module's packages, by path relative to the module, each

@@ -15,6 +15,24 @@ func lines(block string) []line {
 	return ls
 }
 
+// checkCase is a block, and the problems a check finds in it, in order.
+type checkCase struct {
+	name  string
+	block string
+	want  []string
+}
+
+// runChecks runs check on each case's block, held to small.
+func runChecks(t *testing.T, check func([]line, graph) []string, cases []checkCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := check(lines(tc.block), small); !slices.Equal(got, tc.want) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
 // small is the graph the checks' own tests hold their blocks to.
 var small = graph{
 	"cmd/tool":      {"core", "internal/leaf"},
@@ -24,11 +42,7 @@ var small = graph{
 }
 
 func TestTheImportMapCheckNamesEachWrongLine(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		block string
-		want  []string // the problems, in order
-	}{
+	runChecks(t, importMapProblems, []checkCase{
 		{"the code's own map has no problem", `
 cmd/tool      ─► core, internal/leaf
 core          ─► internal/leaf
@@ -80,31 +94,17 @@ internal/leaf ─► nothing of ours`, []string{
 			"3: core is out of order: the lines are sorted by package",
 			"4: core is listed twice (also line 3)",
 		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			entries, got := parseImportMap(lines(tc.block))
-			got = append(got, checkImportMap(entries, small)...)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
-	}
+	})
 }
 
 func TestTheImportMapAsTheCodeHasItPassesItsOwnCheck(t *testing.T) {
-	entries, problems := parseImportMap(lines(renderImportMap(small)))
-	problems = append(problems, checkImportMap(entries, small)...)
-	if len(problems) > 0 {
+	if problems := importMapProblems(lines(renderImportMap(small)), small); len(problems) > 0 {
 		t.Errorf("the rendered map:\n%s\nproblems: %q", renderImportMap(small), problems)
 	}
 }
 
 func TestTheLayersCheckNamesEachWrongLineAndEachImportUp(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		block string
-		want  []string
-	}{
+	runChecks(t, layerProblems, []checkCase{
 		{"the code's own layers have no problem", `
 cmd/         the binaries
   cmd/tool   a tool
@@ -158,13 +158,5 @@ apart: internal/
 			"2: cmd/tool imports internal/leaf, and internal/ is drawn apart (line 6): nothing of the module imports it",
 			"4: core imports internal/leaf, and internal/ is drawn apart (line 6): nothing of the module imports it",
 		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d, got := parseLayers(lines(tc.block))
-			got = append(got, checkLayers(d, small)...)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
-	}
+	})
 }
