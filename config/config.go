@@ -84,7 +84,7 @@ type ProxyConfiguration struct {
 	// token providers (KEP-4412) need, and with which ensure decisions see
 	// pods' service accounts and pull secrets. Absent: no API.
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
-	// ImagePolicy runs image policy plugins (#23): an image is allowed for
+	// ImagePolicy runs image policy plugins: an image is allowed for
 	// a pod's namespace at PullImage, on the digest its registry resolved,
 	// and at CreateContainer, for the image and every image volume.
 	// Absent: no image policy.

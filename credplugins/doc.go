@@ -27,12 +27,15 @@
 //     provider's default, 0 = not cached; lookups image, then registry, then
 //     global; one exec at a time per image; expired entries purged
 //     periodically (Run); bounded.
-//   - Injection (Injector.PullImage, a criproxy interceptor): a request with its own
-//     auth is forwarded unchanged; otherwise the matching credentials are
-//     tried in order (see Lookup), username and password only, server_address
-//     empty; no credential means an anonymous pull; when all fail, the error
-//     lists provider, key and the runtime's message for each try, with the
-//     runtime's last status code, and never a username or password.
+//   - Injection (Injector.Pull, a pull's tries; Injector.PullImage, the
+//     same as a criproxy interceptor): a request with its own auth is tried
+//     with it first, and the matching credentials (see Lookup) follow only
+//     when that try fails, as the kubelet tries a pod's secrets and then the
+//     node's; each is tried in order, username and password only,
+//     server_address empty; no credential means an anonymous pull; when all
+//     fail, the error lists provider, key and the runtime's message for each
+//     try, with the runtime's last status code, and never a username or
+//     password. Pull says which credential succeeded (pullcred.Used).
 //
 // Credentials are never logged, put in errors or in metric labels.
 package credplugins

@@ -160,7 +160,7 @@ func (p *plugin) checkAnswer(req execRequest, resp *credentialproviderapi.Creden
 // service account may be re-used only while this holds: removing the
 // required annotation (the role) is how operators revoke an account's
 // access, and a provider no longer configured for the image hands out no
-// credential for it (#12). It reads no API and runs no plugin.
+// credential for it. It reads no API and runs no plugin.
 func (in *Injector) ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string) {
 	for _, p := range in.plugins() {
 		ta := p.cfg.TokenAttributes

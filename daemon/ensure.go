@@ -28,8 +28,10 @@ import (
 // hooks alone (policyOnly); the zero value is both off.
 type enforcement struct {
 	guard *ensure.Guard // nil: ensure off
-	// interceptors are the guard's outer hooks, inner its innermost (the
-	// registry check of each try of a pull), after credential injection.
+	// interceptors go before credential injection's, inner after it: the
+	// guard has only the former (its PullImage runs injection's tries
+	// itself); the image policy's own hooks put their PullImage in inner,
+	// so that each try is decided with the credential it goes with.
 	interceptors, inner []criproxy.Interceptor
 	readyChecks         []monitoring.ReadyFunc
 	// admin serves the records admin API; nil when the database cannot be

@@ -40,8 +40,8 @@ import (
 // refused with a log line and a metric, and the current one keeps serving.
 //
 // The kubelet reads its provider configuration once
-// (kubernetes/kubernetes#130420); operators rotating plugins across a
-// fleet asked for better.
+// (https://github.com/kubernetes/kubernetes/issues/130420); operators
+// rotating plugins across a fleet asked for better.
 type reloader struct {
 	load    func() (*config.ProxyConfiguration, error)
 	current *config.ProxyConfiguration

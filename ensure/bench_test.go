@@ -68,7 +68,7 @@ func BenchmarkGuardImageStatus(b *testing.B) {
 // BenchmarkGuardCreateContainer is the guard's own cost on a
 // CreateContainer of a public image (the runtime's answers from memory):
 // ensure alone, then ensure with an image policy whose verdict, bound at
-// the pull, is cached (#23's bar: at most 5 us of proxy CPU more), and the
+// the pull, is cached (the target: at most 5 us of proxy CPU more), and the
 // image policy's own hooks with ensure off. The plugin runs once, at the
 // pull.
 func BenchmarkGuardCreateContainer(b *testing.B) {

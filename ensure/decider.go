@@ -115,14 +115,14 @@ type decision struct {
 // Unlike the kubelet, "pulled by the proxy" is decided per repository when
 // the repository is known: a digest pulled with a secret through repository
 // X does not make a preloaded copy under Y need verification
-// (kubernetes/kubernetes#138175). Knowing a repository requires the runtime
+// (https://github.com/kubernetes/kubernetes/issues/138175). Knowing a repository requires the runtime
 // to list the image under it; lookups by image ID never know one.
 //
 // A name the image was listed under before the proxy first recorded a pull
 // of it (its preloaded names, kept with that record) stays preloaded, for
 // every pod: the image was on the node, free by that name, and refusing it
 // later protects nothing. This is what the kubelet's ImagePreloadedRecord
-// does (kubernetes/kubernetes#139156), by full name rather than by
+// does (https://github.com/kubernetes/kubernetes/pull/139156), by full name rather than by
 // repository, so that it also holds within one repository: a preloaded
 // base:node stays free after tenant A pulls base:v1 of the same digest
 // with its secret, while base:v1 stays A's (it is no preloaded name). A

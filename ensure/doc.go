@@ -42,7 +42,7 @@
 // Secrets are never stored: only salted SHA-256 hashes, with a random salt
 // per database.
 //
-// # Image policy (#23)
+// # Image policy
 //
 // With an ImagePolicy (package imagepolicy/cri), the Guard also decides, after
 // ensure's own decision: each try of a pull on the manifest digest the

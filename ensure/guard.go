@@ -112,7 +112,7 @@ type GuardOptions struct {
 	Accounts AccountCheck
 	// ImagePolicy, when set, decides each try of a pull on the digest the
 	// registry resolved (Verify), and each image a container would see
-	// (Admit), after ensure's own decision (#23). nil: no image policy.
+	// (Admit), after ensure's own decision. nil: no image policy.
 	ImagePolicy ImagePolicy
 	// Expiry bounds the re-use of verified credentials from the start
 	// (SetExpiry changes it later); nil: records never expire.

@@ -14,7 +14,7 @@ import (
 
 // TestHostileNamesLeaveTheGuardsHeapWhereItWas: 1,000 ImageStatus calls
 // with distinct 1 MiB names leave the live heap within a few MiB of where
-// it started (#27). Through the guard's filter, as the daemon runs them,
+// it started. Through the guard's filter, as the daemon runs them,
 // none reaches the guard: no reference is that long, and the filter
 // forwards them untouched. The guard itself, given them anyway with a
 // runtime answering each as an image of the node, remembers nothing of

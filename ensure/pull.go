@@ -213,8 +213,8 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 // was private on the node before the proxy first saw it
 // (cameWithPrivateLayers): it was never free, whatever its names.
 //
-// What is left out needs verification, as before this change: the error
-// is on the safe side. See decide for what the names then allow.
+// What is left out needs verification, as an image without preloaded
+// names does: the error is on the safe side. See decide for what the names then allow.
 func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string, fl *layerFlight) []string {
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
 		return nil // a record (readable or not), or a pull of it that could not record

@@ -7,7 +7,7 @@ import digest "github.com/opencontainers/go-digest"
 // for it, the manifest the runtime holds, served its config, and vouched
 // for each of its layers in the repository. Verify returns it to Pull,
 // which records with it; explain shows the last ones (its fields by their
-// Go names on the admin API, as before they moved here).
+// Go names on the admin API).
 type RegistryVerification struct {
 	ImageID        string // the image the registry's answer is (its config digest)
 	Registry       string // the registry the name names

@@ -22,7 +22,8 @@
 //     the answer on stdout decoded strictly in that same apiVersion; args
 //     and env from the configuration, appended after the host's
 //     environment so that the configuration's variables win
-//     (kubernetes/kubernetes#102750), in a process group of its own. A
+//     (https://github.com/kubernetes/kubernetes/issues/102750), in a
+//     process group of its own. A
 //     timeout (DefaultTimeout when 0) or the caller's context kills the
 //     whole process group, children included. stdout is bounded
 //     (DefaultMaxStdout, 1 MiB): past it the plugin is killed and the run

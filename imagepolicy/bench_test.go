@@ -13,7 +13,7 @@ import (
 
 // BenchmarkDecideCachedAtCreate is the engine's cost for a container whose
 // image was allowed at pull: what a cached decision adds to
-// CreateContainer (#23's bar is 5 us of proxy CPU), with metrics on and
+// CreateContainer (the target is 5 us of proxy CPU), with metrics on and
 // the decision log at info.
 func BenchmarkDecideCachedAtCreate(b *testing.B) {
 	providers := []Provider{

@@ -85,7 +85,7 @@ func (e *env) newChecker(t testing.TB, o Options) *Checker {
 func (e *env) image(repoRef string) string { return e.reg.host + "/" + repoRef }
 
 // manifestOnly makes team-b/copy a repository that serves its manifest and
-// holds no blob: a copy made from a digest (issue #28).
+// holds no blob: a copy made from a digest.
 func manifestOnly(w http.ResponseWriter, r *http.Request) bool {
 	if strings.HasPrefix(r.URL.Path, "/v2/team-b/copy/blobs/") {
 		http.Error(w, `{"errors":[{"code":"BLOB_UNKNOWN"}]}`, http.StatusNotFound)

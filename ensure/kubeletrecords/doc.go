@@ -6,8 +6,8 @@
 // The layout is the kubelet's: DIR/pulled holds one ImagePulledRecord per
 // image, DIR/pulling one ImagePullIntent per pull in flight, and
 // DIR/observed-preloaded one ImagePreloadedRecord per image that was
-// preloaded (kubernetes/kubernetes#139156, under review: its layout and
-// JSON as that change has them), each in a file
+// preloaded (its layout and JSON as the upstream change
+// https://github.com/kubernetes/kubernetes/pull/139156 has them), each in a file
 // named sha256-<hex sha256 of its key> (the image ID for a record, the
 // image string for an intent), mode 0600 in directories of mode 0700,
 // strict JSON of kubelet.config.k8s.io/v1beta1. Read also takes v1alpha1

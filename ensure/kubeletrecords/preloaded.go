@@ -15,9 +15,10 @@ import (
 )
 
 // PreloadedDir is the kubelet's directory of ImagePreloadedRecord files,
-// under <root>/image_manager, in kubernetes/kubernetes#139156 (under
-// review when this was written; the name, the files' layout and their
-// JSON are that change's, its testdata/observed-preloaded).
+// under <root>/image_manager, in the upstream change
+// https://github.com/kubernetes/kubernetes/pull/139156 (the name, the
+// files' layout and their JSON are that change's, its
+// testdata/observed-preloaded).
 const PreloadedDir = "observed-preloaded"
 
 // PreloadedRecord is the kubelet's ImagePreloadedRecord, as the proxy

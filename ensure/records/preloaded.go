@@ -14,9 +14,9 @@ import (
 )
 
 // PreloadedRecord is the kubelet's third record kind, ImagePreloadedRecord
-// (kubernetes/kubernetes#139156, under review when this was written; it
-// fixes kubernetes/kubernetes#138175): an image and the names it was
-// observed under while it was preloaded. k8s.io/kubelet has no such type
+// (the upstream change https://github.com/kubernetes/kubernetes/pull/139156,
+// which fixes https://github.com/kubernetes/kubernetes/issues/138175): an
+// image and the names it was observed under while it was preloaded. k8s.io/kubelet has no such type
 // yet, so it is declared here with the JSON of the kubelet's own files in
 // that change (its testdata/observed-preloaded): kind ImagePreloadedRecord
 // of kubelet.config.k8s.io/v1beta1, lastUpdatedTime, imageRef,

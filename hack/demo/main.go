@@ -141,7 +141,7 @@ providers:
 		return fmt.Errorf("pull with credentials failed")
 	}
 
-	step("tenant B has no credentials: the image is on the node, but not for B (kubernetes/kubernetes#18787)")
+	step("tenant B has no credentials: the image is on the node, but not for B (https://github.com/kubernetes/kubernetes/issues/18787)")
 	idOnly := []string{"inspecti", "-o", "go-template", "--template", "{{.status.id}}", image}
 	run("unix://"+r.ContainerdSock, idOnly...)
 	crictl(idOnly...)

@@ -30,7 +30,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/signtest"
 )
 
-// policyEnv is what the image policy scenarios (#23) need: a proxy
+// policyEnv is what the image policy scenarios need: a proxy
 // enforcing ensure with an image policy, the reference plugin
 // (sigstore-image-policy) requiring a signature by the bench's key in
 // namespace bench-secure (verdicts cached, as configured by default) and
@@ -180,7 +180,7 @@ func podIn(namespace string) *runtimeapi.PodSandboxConfig {
 }
 
 // policyScenarios measure what an image policy adds: a cached verdict at
-// CreateContainer (#23's bar: at most 5 us of proxy CPU), and the first
+// CreateContainer (the target: at most 5 us of proxy CPU), and the first
 // verification of a signed image at its pull, end to end, against the same
 // pull in a namespace without a policy.
 func policyScenarios() []measurement {
@@ -221,7 +221,7 @@ func policyScenarios() []measurement {
 	}
 }
 
-// guardCostMeasurement holds the bar of #23, a cached verdict adds at most
+// guardCostMeasurement holds image policy's target: a cached verdict adds at most
 // 5 µs of proxy CPU to a CreateContainer, where it can be resolved: the
 // guard's CreateContainer in this process, with and without the image
 // policy (the real engine, the plugin having run at the pull, the verdict

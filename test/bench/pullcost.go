@@ -12,7 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// pullCostScenarios put the registry check (issue #28) beside the pulls it
+// pullCostScenarios put the registry check (package registry) beside the pulls it
 // stands before, with the registry 2 ms away (the ensure scenarios' relay):
 // what it adds to a pull of a new image, and what it saves on a pull of an
 // image already on the node, which it answers from the node on the

@@ -13,8 +13,8 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 )
 
-// registryCheckScenario measures the content-aware registry check of issue
-// #28 (package registry, run in this process, as the daemon would run it)
+// registryCheckScenario measures the content-aware registry check
+// (package registry, run in this process, as the daemon would run it)
 // against the runtime's re-check pull of a present image it replaces: the
 // same image, credential and registry, 2 ms away (the relay of the ensure
 // scenarios), both resolving through containerd's hosts.toml.

@@ -17,7 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 )
 
-// TestCutPullsLeaveNothingOpen (#27, threat 20): many private pulls
+// TestCutPullsLeaveNothingOpen (threat 20 of docs/threat-model.md): many private pulls
 // through the proxy, each of a fresh image and each cut by its client's
 // deadline, the deadlines spread around one pull's length (measured
 // first), so that the runtime has finished some when the client goes away

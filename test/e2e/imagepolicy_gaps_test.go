@@ -35,7 +35,7 @@ const (
 	gapsPluginKey = "sigstore-image-policy"
 )
 
-// TestImagePolicyWithoutGaps (#32): a namespace's policy holds for every
+// TestImagePolicyWithoutGaps: a namespace's policy holds for every
 // name the runtime reaches its registry by, and a namespace can refuse
 // what no provider covers, with ensure on and off, on this leg's
 // containerd:

@@ -276,7 +276,7 @@ func refusedByPolicy(t *testing.T, what string, r rig.Result, reason string) {
 	t.Logf("%s refused: %s", what, msg)
 }
 
-// TestImagePolicy (#23): namespace secure requires a cosign signature by
+// TestImagePolicy: namespace secure requires a cosign signature by
 // the test's key or its keyless CI identity (sigstore-go's test signing
 // authority), checked by the reference plugin on the node, on a proxy
 // with ensure on and on one with ensure off. Signed images run; unsigned

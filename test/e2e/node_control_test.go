@@ -15,7 +15,7 @@ var controlScenario = nodeScenario{
 
 // scenarioControl shows what the proxy prevents: with a pass-through proxy
 // in its place, a pod without credentials runs the image A pulled with
-// its secret in scenario 1 (kubernetes/kubernetes#18787), unless the kubelet enforces
+// its secret in scenario 1 (https://github.com/kubernetes/kubernetes/issues/18787), unless the kubelet enforces
 // KEP-2535 itself.
 func (e *nodeEnv) scenarioControl(t *testing.T) {
 	e.ensureRunning(t, e.aPulledWithSecret())

@@ -154,7 +154,7 @@ const (
 	slowDelay    = 400 * time.Millisecond
 )
 
-// scenarioKubeletRestartMidPull (#27): the kubelet is restarted while the
+// scenarioKubeletRestartMidPull: the kubelet is restarted while the
 // proxy forwards A's pull of a private image to the runtime (the pull has
 // reached the registry for a blob): the kubelet's call is cut, and the
 // runtime may or may not finish the pull. Whichever it did, B's pods,

@@ -16,7 +16,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig/kuberig"
 )
 
-// Image policy (#23) under a real kubelet: the node's proxy runs the
+// Image policy under a real kubelet: the node's proxy runs the
 // reference plugin (sigstore-image-policy) for the kubelet's namespace
 // NAME-secure (nodeEnv.secureNamespace), which requires a signature by the
 // test's key.

@@ -26,7 +26,7 @@ var preloadedScenario = nodeScenario{
 // has the bug itself: it keys "pulled by the kubelet" by image ID, so
 // after A's pull it sends B's Never pods of the preloaded names to
 // ErrImageNeverPull, through the proxy or alone. (Its fix under review,
-// kubernetes/kubernetes#139156, covers the other repository only: it
+// https://github.com/kubernetes/kubernetes/pull/139156, covers the other repository only: it
 // forgets a repository at its first pull, so the same repository's
 // preloaded tag stays refused.) The kubelets that leave enforcement to the
 // proxy (its ensure off, and the old one) run them.

@@ -11,7 +11,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 )
 
-// The scenarios of #28, the registry's word and not the runtime's: the two
+// The scenarios of the registry check, the registry's word and not the runtime's: the two
 // setups in which the runtime's pull succeeds without the registry's word
 // (TestTheRegistrysWordNotTheRuntimes shows them through crictl), by pods
 // of two namespaces. Through the proxy, on every kubelet, B's pods are

@@ -16,7 +16,7 @@ import (
 // in the same repository (the tag A pulled stays A's) and in another one;
 // by name and by a CreateContainer that names the image by its ID alone
 // (kubelets before 1.28); across a restart of the proxy
-// (kubernetes/kubernetes#138175). The other order, A's private pull first
+// (https://github.com/kubernetes/kubernetes/issues/138175). The other order, A's private pull first
 // and the same digest appearing later under another name, gives that name
 // nothing in A's repository, nor the image by ID.
 func TestEnsurePreloadedStaysPreloaded(t *testing.T) {

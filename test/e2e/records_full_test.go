@@ -16,8 +16,8 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 )
 
-// TestARecordsDatabaseThatFillsUpSaysSoAndRecovers (#27 item 5, threat
-// 21): the records database on a small tmpfs, filled up while private
+// TestARecordsDatabaseThatFillsUpSaysSoAndRecovers (threat 21 of
+// docs/threat-model.md): the records database on a small tmpfs, filled up while private
 // pulls run. From the first write that fails the records condition in
 // `crictl info` through the proxy is false (RecordsDatabaseNotWritable),
 // /readyz fails and cri_image_proxy_ensure_records_writable is 0; no image

@@ -15,7 +15,7 @@ import (
 // image with auth (nil: anonymous), asked through the runtime directly, and
 // returns what the proxied refusal must say: the image as the pod named it.
 // The proxy's registry check refuses such a pull before the runtime is
-// asked (issue #28), in its own words; the runtime's own wording differs
+// asked, in its own words; the runtime's own wording differs
 // between versions anyway (containerd 1.6 says "401 Unauthorized", 2.x
 // "authorization failed: no basic auth credentials").
 func registryRefusal(t *testing.T, image string, auth *runtimeapi.AuthConfig) string {

@@ -17,7 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
 )
 
-// TestTheRegistrysWordNotTheRuntimes (#28): a runtime's pull that succeeded
+// TestTheRegistrysWordNotTheRuntimes: a runtime's pull that succeeded
 // is no proof that a credential can read an image. Two setups common on
 // real nodes make it succeed without the registry's word, shown first
 // straight to containerd (the controls), then refused through the proxy:
@@ -36,7 +36,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	// A private image of A's, under the registry's DNS-like name, whose
 	// hosts.toml the test rewrites.
 	const regName = rigRegistryName
-	if _, err := testRig.PushBusybox("mirror-a/app:v1", "a's private image, #28"); err != nil {
+	if _, err := testRig.PushBusybox("mirror-a/app:v1", "a's private image, behind a mirror"); err != nil {
 		t.Fatal(err)
 	}
 	imgA := regName + "/mirror-a/app:v1"
