@@ -43,11 +43,14 @@ type Options struct {
 // error when the daemon cannot start or a server fails; either way every
 // socket, listener and file it opened is closed when it returns.
 func Run(ctx context.Context, cfg *config.ProxyConfiguration, opts Options) error {
-	// What is started with ctx (the pod informer) stops however Run returns.
+	// What is started with ctx (the pod informer) stops however Run returns,
+	// before what was opened is closed (a closer may wait for it to stop).
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	d := &daemon{cfg: cfg, opts: opts, log: newLogger(cfg.Logging, os.Stderr), reg: prometheus.NewRegistry()}
-	defer d.closeAll()
+	defer func() {
+		cancel()
+		d.closeAll()
+	}()
 	logDeprecations(d.log, cfg.Deprecations())
 	if err := d.assemble(ctx); err != nil {
 		return err
@@ -160,6 +163,7 @@ func (d *daemon) assemble(ctx context.Context) error {
 		if d.identity, d.apiConfig, err = newIdentity(ctx, k, d.opts.Version, log, d.reg); err != nil {
 			return err
 		}
+		d.onExit(func() error { d.identity.Wait(); return nil })
 	}
 	if cp := cfg.CredentialProviders; cp != nil {
 		if d.injector, err = newInjector(cp, d.identity, log, d.reg); err != nil {

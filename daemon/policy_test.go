@@ -58,6 +58,7 @@ func TestThePolicyHooksTellPluginsTheServiceAccount(t *testing.T) {
 		Spec:       corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "builder"},
 	})), "node-a", podtoken.Options{})
 	src.Start(ctx)
+	defer func() { cancel(); src.Wait() }()
 	if !src.WaitForSync(ctx) {
 		t.Fatal("the informer did not sync")
 	}

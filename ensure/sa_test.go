@@ -40,8 +40,8 @@ func newAPISetup(t *testing.T) *apiSetup {
 	// deletion at once (the daemon caches them for a few seconds).
 	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{SecretTTL: time.Nanosecond})
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	src.Start(ctx)
+	t.Cleanup(func() { cancel(); src.Wait() })
 	src.WaitForSync(ctx)
 	p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
 	// The token plugins as they are configured now: one for registry.test

@@ -55,6 +55,7 @@ type Source struct {
 	informer cache.SharedIndexInformer
 	pods     corelisters.PodLister
 	synced   func() bool
+	running  sync.WaitGroup // the goroutines Start started
 
 	minting singleflight.Group // one TokenRequest per pod, account and audience at a time
 
@@ -119,11 +120,17 @@ func New(client API, node string, opts Options) *Source {
 }
 
 // Start starts the pod informer and the cleanup of expired tokens; both
-// stop with ctx.
+// stop with ctx, and Wait waits until they have.
 func (s *Source) Start(ctx context.Context) {
-	go s.informer.RunWithContext(ctx)
-	go periodic.Every(ctx, time.Minute, func(context.Context) { s.dropExpired() })
+	s.running.Go(func() { s.informer.RunWithContext(ctx) })
+	s.running.Go(func() { periodic.Every(ctx, time.Minute, func(context.Context) { s.dropExpired() }) })
 }
+
+// Wait returns once what Start started has stopped, after its ctx ended:
+// no goroutine of the source outlives its owner (client-go's informer logs
+// through klog's process-wide logger, which the next daemon of a test
+// process replaces).
+func (s *Source) Wait() { s.running.Wait() }
 
 // WaitForSync waits until the informer has listed the node's pods, or ctx ends.
 func (s *Source) WaitForSync(ctx context.Context) bool {

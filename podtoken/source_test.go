@@ -141,6 +141,7 @@ func TestPodInformer(t *testing.T) {
 		t.Fatalf("before the informer synced, got %d pods, want nil (unknown)", len(got))
 	}
 	src.Start(ctx)
+	defer func() { cancel(); src.Wait() }()
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	if !src.WaitForSync(wctx) {
