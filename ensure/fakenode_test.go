@@ -54,6 +54,11 @@ type fakeNode struct {
 	// afterPull when a pull stored its image.
 	duringPull func()
 	afterPull  func(id string)
+	// checkGate, when set, holds every registry check's answer until it is
+	// closed: a test's way to have the registry answer late.
+	checkGate chan struct{}
+	// listErr, when set, fails ListImages (the runtime not answering yet).
+	listErr error
 }
 
 // layersOf is image id's diff_ids; n.mu is held.
@@ -178,6 +183,9 @@ func (n *fakeNode) imageStatus(req *runtimeapi.ImageStatusRequest) (*runtimeapi.
 func (n *fakeNode) ListImages(context.Context, *runtimeapi.ListImagesRequest, ...grpc.CallOption) (*runtimeapi.ListImagesResponse, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.listErr != nil {
+		return nil, n.listErr
+	}
 	seen := map[string]bool{}
 	resp := &runtimeapi.ListImagesResponse{}
 	for _, img := range n.local {
@@ -325,6 +333,13 @@ func (n *fakeNode) has(id string) bool {
 	return n.local[id] != nil
 }
 
+// setListErr makes every ListImages fail with err (nil: answer again).
+func (n *fakeNode) setListErr(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.listErr = err
+}
+
 // setStatusErr makes every ImageStatus fail with err (nil: answer again).
 func (n *fakeNode) setStatusErr(err error) {
 	n.mu.Lock()
@@ -335,6 +350,16 @@ func (n *fakeNode) setStatusErr(err error) {
 // Check is the registry's own word (ensure.RegistryCheck): the image's
 // registry, never the mirror, resolves the name for the credential.
 func (n *fakeNode) Check(ctx context.Context, r registry.Request) (registry.Result, error) {
+	n.mu.Lock()
+	gate := n.checkGate
+	n.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return registry.Result{}, &registry.Error{Kind: registry.ErrUnreachable, Reason: "the check was cancelled"}
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.checks++

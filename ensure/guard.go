@@ -135,10 +135,13 @@ type Guard struct {
 	refs *refLocks
 	// flights are the pulls in flight whose layers the registry check read.
 	flights *layerFlights
-	// started is when the guard was made; observed says the node's images
-	// then have been seen (ObserveLayers): see sighting.
-	started  time.Time
+	// observed says a look at the node's images has succeeded
+	// (observeLayers): before it, no image counts as preloaded and no
+	// layer as public.
 	observed atomic.Bool
+	// unknownLayers are the images tracked on the node whose layers the
+	// runtime did not say: every layer counts as private beside them.
+	unknownLayers *unknownLayerTable
 	metrics  *metrics
 	clock    clock.PassiveClock
 	grace    time.Duration
@@ -162,7 +165,7 @@ type Guard struct {
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(),
+		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials,
 		imagePolicy: opts.ImagePolicy,
 	}
@@ -181,7 +184,6 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 		g.clock = clock.RealClock{}
 	}
 	g.Decider.now = g.clock.Now
-	g.started = g.clock.Now()
 	if g.grace <= 0 {
 		g.grace = 10 * time.Minute
 	}

@@ -61,6 +61,9 @@ type setup struct {
 	pods ensure.NodePods
 	// credentials, when set, is the guard's credential injection.
 	credentials ensure.Credentials
+	// unobserved keeps restart from taking the first look at the node's
+	// images that the daemon takes at its start.
+	unobserved bool
 }
 
 // syncBuffer is a bytes.Buffer safe for the guard's concurrent writes.
@@ -111,6 +114,12 @@ func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...str
 	opts.Credentials = s.credentials
 	if s.guard, err = ensure.NewGuard(s.store, p, ensure.CRIRuntime(s.node, s.node), opts); err != nil {
 		t.Fatal(err)
+	}
+	// As the daemon does at its start: the first look at the node's images.
+	if !s.unobserved {
+		if err := s.guard.ObserveLayers(context.Background()); err != nil {
+			t.Fatalf("the first look at the node: %v", err)
+		}
 	}
 }
 

@@ -163,8 +163,11 @@ func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerF
 		case errors.Is(err, ErrNotFound) && g.unrecorded.has(h):
 			private = append(private, l.Seen)
 		case errors.Is(err, ErrNotFound):
-			// No record: preloaded, if it was here before the private ones.
-			preloaded = append(preloaded, candidate{h, l.Seen})
+			// No record: preloaded, if it was here before the private ones,
+			// which only a look at the node's images can tell.
+			if g.observed.Load() {
+				preloaded = append(preloaded, candidate{h, l.Seen})
+			}
 		case err != nil:
 			return layerPrivacy{true, "the record of an image holding it cannot be read"}
 		case len(g.store.Preloaded(h)) > 0:
@@ -195,6 +198,11 @@ func (g *Guard) layerPrivate(d digest.Digest, imageID, repo string, self *layerF
 		// A pull in flight holds it, or may: its outcome, and its
 		// credential's, are not known yet.
 		private = append(private, g.clock.Now())
+	}
+	if at, ok := g.unknownLayers.earliestBut(imageID); ok {
+		// An image tracked on the node whose layers the runtime did not
+		// say may hold it: private until its layers are learnt.
+		private = append(private, at)
 	}
 	if len(private) == 0 {
 		return layerPrivacy{false, "no private image holds it"}
@@ -286,6 +294,11 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bo
 	if !came {
 		return false, ""
 	}
+	if !g.observed.Load() {
+		// Not known to have come around the proxy, only not known to have
+		// been here before: refused for now, tracked by nothing.
+		return true, why
+	}
 	g.track(img, "an image that came around the proxy holds another image's private layers: tracked as pulled with no verified credential; every pod must pull it", why)
 	return true, why
 }
@@ -296,16 +309,28 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bo
 // image may be another tenant's content under a name of its own, and was
 // never free to every pod. The pull in flight self (nil: none) is not
 // counted as a holder.
+//
+// Before the proxy has observed the node (a look at its images that
+// succeeded), what came when cannot be told: an image holding a private
+// layer counts as come with it, and nothing learnt is kept.
 func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string, self *layerFlight) (bool, string) {
-	l, ok := g.learnLayers(ctx, imageID, g.sighting())
+	observed := g.observed.Load()
+	l, ok := g.learnLayers(ctx, imageID, g.clock.Now(), observed)
 	if !ok {
 		if !g.anyPrivateLayer(ctx) {
 			return false, ""
 		}
 		return true, "the runtime does not say which layers it holds, and the node holds private layers"
 	}
+	asOf := l.Seen
+	if !observed {
+		asOf = time.Time{}
+	}
 	for _, d := range l.DiffIDs {
-		if p := g.layerPrivate(d, imageID, "", self, l.Seen, false); p.private {
+		if p := g.layerPrivate(d, imageID, "", self, asOf, false); p.private {
+			if !observed {
+				return true, "it holds " + d.String() + ", which is private on the node, and the node's images have not been observed yet"
+			}
 			return true, "it holds " + d.String() + ", which was private on the node before the image was first seen"
 		}
 	}
@@ -313,14 +338,19 @@ func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string, self 
 }
 
 // learnLayers returns what is known of an image's layers, asking the
-// runtime (and keeping its answer, first seen at seen) when nothing is.
-func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time) (ImageLayers, bool) {
+// runtime when nothing is; with keep, its answer is kept, first seen at
+// seen.
+func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time, keep bool) (ImageLayers, bool) {
 	if l, ok := g.store.Layers(imageID); ok {
 		return l, true
 	}
 	diffIDs, ok, err := g.runtime.ImageLayers(ctx, imageID)
 	if err != nil || !ok {
 		return ImageLayers{}, false
+	}
+	g.unknownLayers.drop(imageID)
+	if !keep {
+		return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true
 	}
 	if err := g.store.NoteLayers(imageID, diffIDs, seen); err != nil {
 		// Not kept: known for this decision, learnt again next time.
@@ -382,53 +412,63 @@ func (g *Guard) track(img crireq.Image, msg, why string) {
 	g.log.Warn(msg, "imageRef", img.ID, "names", img.Names, "why", why)
 }
 
-// ObserveLayers learns the layers of the images on the node that the
-// proxy does not know yet: at the daemon's start, so that the images the
-// node held before are known as such (preloaded) before any pull makes
-// one of their layers private.
+// ObserveLayers is the first look at the node's images, at the daemon's
+// start: it learns the layers of those the proxy does not know yet, so
+// that the images the node held before are known as such (preloaded)
+// before any pull makes one of their layers private. Until a look (this
+// one, or a GC run's) has succeeded, the node is not observed: no image
+// counts as preloaded and no layer as public.
 func (g *Guard) ObserveLayers(ctx context.Context) error {
 	images, err := g.runtime.Images(ctx)
 	if err != nil {
 		return fmt.Errorf("learning the node's layers: list images: %w", err)
 	}
-	g.observeLayers(ctx, images, len(images))
-	if ctx.Err() == nil {
-		g.observed.Store(true)
+	if !g.observeLayers(ctx, images, len(images)) {
+		return fmt.Errorf("learning the node's layers: %w", context.Cause(ctx))
 	}
 	return nil
 }
 
-// sighting is when an image the proxy sees for the first time is taken to
-// have come: now, once the node's images at the start are known; until
-// then, the start (whatever it finds was there, as far as anyone can tell).
-func (g *Guard) sighting() time.Time {
-	if g.observed.Load() {
-		return g.clock.Now()
-	}
-	return g.started
-}
+// Observed reports whether a look at the node's images has succeeded.
+func (g *Guard) Observed() bool { return g.observed.Load() }
 
 // observeLayers learns the layers of the node's images the proxy does not
-// know yet, all first seen at the same moment (the order the runtime lists
-// them in says nothing of when they came), and tracks those that came
-// around the proxy with private layers; it drops what it knew of images
-// gone from the node. A GC run calls it with the runtime's list; at most
-// limit images are asked per run.
-func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, limit int) {
+// know yet, all first seen at the same moment, the look's (the order the
+// runtime lists them in says nothing of when they came), and tracks those
+// that came around the proxy with private layers; it drops what it knew
+// of images gone from the node. At most limit images are asked per look;
+// the first look that asks them all, uninterrupted, makes the node
+// observed. It reports whether the look was whole.
+func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, limit int) bool {
+	if !g.observed.Load() {
+		limit = len(images)
+	}
 	present := make(map[string]bool, len(images))
 	asked := 0
-	seen := g.sighting()
+	whole := true
+	seen := g.clock.Now()
 	for _, img := range images {
 		present[img.ID] = true
-		if _, ok := g.store.Layers(img.ID); ok || asked >= limit || ctx.Err() != nil {
+		if _, ok := g.store.Layers(img.ID); ok {
+			continue
+		}
+		if asked >= limit || ctx.Err() != nil {
+			whole = false
 			continue
 		}
 		asked++
-		g.learnLayers(ctx, img.ID, seen)
+		if _, ok := g.learnLayers(ctx, img.ID, seen, true); !ok && g.restricts(img.ID) {
+			g.unknownLayers.add(img.ID, seen)
+		}
+	}
+	g.unknownLayers.retain(func(ref string) bool { return present[ref] })
+	if whole && ctx.Err() == nil && !g.observed.Load() {
+		g.observed.Store(true)
+		g.log.Info("the node's images are observed: those found now count as there before the proxy", "images", len(images))
 	}
 	for _, img := range images {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		if _, ok := g.store.Layers(img.ID); ok {
 			g.arrivedAroundTheProxy(ctx, img)
@@ -437,4 +477,27 @@ func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, limit 
 	if _, err := g.store.ForgetLayers(func(ref string) bool { return present[ref] }); err != nil {
 		g.log.Warn("forgetting the layers of images gone failed", "err", err)
 	}
+	return whole && ctx.Err() == nil
+}
+
+// restricts reports whether the image imageRef is tracked as not free to
+// every pod: a record with a repository that is not node-wide (or one
+// that cannot be read), or a pull of it that could not record.
+func (g *Guard) restricts(imageRef string) bool {
+	if g.unrecorded.has(imageRef) {
+		return true
+	}
+	rec, err := g.store.Get(imageRef)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false
+	case err != nil:
+		return true
+	}
+	for _, c := range rec.CredentialMapping {
+		if !c.NodePodsAccessible {
+			return true
+		}
+	}
+	return false
 }

@@ -32,12 +32,12 @@ func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
 	if err != nil {
 		return 0, len(g.leftover), fmt.Errorf("settling %d pull intents: list images: %w", len(g.leftover), err)
 	}
-	return g.settleLocked(images)
+	return g.settleLocked(ctx, images)
 }
 
 // settleLocked converts the leftover intents whose image is in images and
 // keeps the others. g.leftoverMu is held.
-func (g *Guard) settleLocked(images []crireq.Image) (converted, kept int, err error) {
+func (g *Guard) settleLocked(ctx context.Context, images []crireq.Image) (converted, kept int, err error) {
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
 		for _, r := range img.Names {
@@ -61,6 +61,7 @@ func (g *Guard) settleLocked(images []crireq.Image) (converted, kept int, err er
 			// the interrupted pull is not known (those names verify).
 			err = g.store.RecordPull(ref, repo, Credential{}, in.ID, g.clock.Now(), nil)
 			if err == nil {
+				g.keepLayers(ctx, ref, true)
 				g.log.Info("a pull was interrupted; its image needs verification by every pod", "image", in.Image, "imageRef", ref)
 				converted++
 			}
@@ -159,7 +160,7 @@ func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	}
 	g.leftoverMu.Lock()
 	if len(g.leftover) > 0 {
-		if c, k, err := g.settleLocked(images); err != nil {
+		if c, k, err := g.settleLocked(ctx, images); err != nil {
 			g.log.Warn("settling kept pull intents failed; they stay", "err", err)
 		} else if c > 0 {
 			g.log.Info("settled kept pull intents", "toRecords", c, "kept", k)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"strings"
-	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -87,27 +86,25 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 	defer g.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
 	// is written (or it failed).
-	fl := g.flights.start()
-	defer g.flights.end(fl)
-	// The registry's word on the try that succeeded (tries run one after
-	// the other).
-	var verified *RegistryVerification
+	run := &pullRun{image: req.Image, repo: repo, pod: req.Pod, intent: intent, before: before, flight: g.flights.start()}
+	defer g.flights.end(run.flight)
 	pulled, used, err := tries(ctx, func(ctx context.Context, cred registry.Credential, forward Forward) (string, error) {
 		if g.registry == nil {
 			return forward(ctx) // tests of the rest only: the daemon always has a registry check
 		}
-		ref, v, err := g.Verify(ctx, req.Image, req.Pod, cred, before, fl, forward)
+		ref, v, err := g.Verify(ctx, run, cred, forward)
 		if err == nil {
-			verified = &v
+			run.verified = &v
 		}
 		return ref, err
 	})
-	if err == nil && verified != nil {
-		err = g.checkVerified(ctx, req.Image, pulled, verified)
+	if err == nil && run.verified != nil {
+		err = g.checkVerified(ctx, req.Image, pulled, run.verified)
 	}
 	if err != nil {
+		end := endOf(ctx, run, err)
 		g.metrics.pulls.WithLabelValues("failure").Inc()
-		g.settleFailedPull(ctx, req.Image, repo, intent, before, fl)
+		g.settle(ctx, run, end, "", Credential{})
 		return "", err
 	}
 	g.metrics.pulls.WithLabelValues("success").Inc()
@@ -130,26 +127,16 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 	if cred.Hash != "" {
 		cred.Secret = g.secretOf(ctx, req.Pod, repo, cred.Hash)
 	}
-	ref := g.imageID(ctx, req.Image, pulled)
-	unlock := g.refs.lock(ref)
-	defer unlock()
-	preloaded := g.listedBefore(ctx, req.Image, repo, ref, before, fl)
-	if v := verified; v != nil && v.LayersKnown {
-		// The registry vouched for every layer as repo: kept with the record.
-		err = g.store.RecordVerifiedPull(ref, repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
-	} else {
-		err = g.store.RecordPull(ref, repo, cred, intent, g.clock.Now(), preloaded)
-	}
-	if err != nil {
-		g.recordFailed(req.Image, repo, ref, intent, err)
-	} else {
-		g.settlePulled(req.Image)
-	}
-	if verified != nil {
-		g.verifications.note(ref, repo, *verified, g.clock.Now())
+	ref, recorded := g.settle(ctx, run, endVerified, pulled, cred)
+	if run.verified != nil {
+		g.verifications.note(ref, repo, *run.verified, g.clock.Now())
 	}
 	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
-	g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
+	if recorded {
+		g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
+	} else {
+		g.logDecision(ctx, "PullImage: pulled from the registry; the credential could not be recorded, every other pod verifies", req.Image, ref, req.Pod.String(), describe(cred))
+	}
 	return pulled, nil
 }
 
@@ -213,9 +200,15 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 // was private on the node before the proxy first saw it
 // (cameWithPrivateLayers): it was never free, whatever its names.
 //
+// None either before the proxy has observed the node (a look at its
+// images that succeeded): what was there before cannot be told yet.
+//
 // What is left out needs verification, as an image without preloaded
 // names does: the error is on the safe side. See decide for what the names then allow.
 func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string, fl *layerFlight) []string {
+	if !g.observed.Load() {
+		return nil
+	}
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
 		return nil // a record (readable or not), or a pull of it that could not record
 	}
@@ -257,67 +250,9 @@ func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *Regi
 		return nil
 	}
 	g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
-	return fmt.Errorf("pulling %s: the pull could not be verified at the registry: %w", image, errdefs.ErrUnavailable)
+	return fmt.Errorf("pulling %s: %w: %w", image, errNotVerified, errdefs.ErrUnavailable)
 }
 
-// settleTimeout bounds the question a failed pull asks the runtime.
-const settleTimeout = 10 * time.Second
-
-// settleFailedPull tracks what a pull that failed, was cancelled or cut
-// may have left: the runtime may have finished (or half-finished) it after
-// the caller went away. It asks the runtime, with a context of the
-// proxy's own (the caller's may be gone), what the name stands for now:
-//   - a new image (not the one before the pull): recorded as pulled with
-//     no verified credential, in the intent's transaction, so every pod
-//     verifies, and never taken for a preloaded one;
-//   - nothing new, and the runtime answered the pull: this pull's intent
-//     goes. Intents kept from earlier pulls of the image (a crash, a cut
-//     pull) stay: only a GC run, which lists the runtime's images, settles
-//     those;
-//   - nothing new yet, but the caller went away: the runtime's pull may
-//     still be finishing (containerd goes on after its client's cancel
-//     and may create the image a moment after this question), so this
-//     answer is not the last word: the intent is kept, as below;
-//   - no answer: the intent is kept, and its repository counts as a pull
-//     in flight, until a GC run finds the image, a pull of it through the
-//     proxy succeeds, or the next start settles it.
-func (g *Guard) settleFailedPull(ctx context.Context, image, repo, intent, before string, fl *layerFlight) {
-	cut := ctx.Err() != nil
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: image})
-	switch {
-	case err != nil:
-		g.keepIntent(Intent{ID: intent, Image: image}, repo)
-		g.log.Warn("a pull failed and the runtime cannot say what it left; its intent is kept until it can", "image", image, "err", err)
-	case present && img.ID != before:
-		unlock := g.refs.lock(img.ID)
-		defer unlock()
-		preloaded := g.listedBefore(ctx, image, repo, img.ID, before, fl)
-		if err := g.store.RecordPull(img.ID, repo, Credential{}, intent, g.clock.Now(), preloaded); err != nil {
-			g.recordFailed(image, repo, img.ID, intent, err)
-			return
-		}
-		g.logDecision(ctx, "PullImage: failed, but the image arrived: tracked with no verified credential", image, img.ID, "", "every pod verifies")
-	case cut:
-		g.keepIntent(Intent{ID: intent, Image: image}, repo)
-		g.log.Info("a pull was cut before the runtime said it finished; its intent is kept", "image", image, "settledBy", "a GC run or a pull of the image")
-	default:
-		if err := g.store.DropIntent(intent); err != nil {
-			g.keepIntent(Intent{ID: intent, Image: image}, repo)
-			g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", image, "err", err)
-		}
-	}
-}
-
-// recordFailed keeps a pull's intent whose record could not be written.
-// Until a GC run (or the next start) settles it, as the kubelet's intent
-// counter does, the image counts as pulled by the proxy with no verified
-// credential, by its repository and by its ID: never as preloaded.
-func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
-	g.keepIntent(Intent{ID: intent, Image: image}, repo)
-	g.unrecorded.inc(ref)
-	g.metrics.recordErr.Inc()
-	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
-		"until", "its intent is settled", "err", err)
-}
+// errNotVerified is a pull whose image is not the one the registry
+// verified for its credential.
+var errNotVerified = errors.New("the pull could not be verified at the registry")

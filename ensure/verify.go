@@ -50,15 +50,19 @@ type RegistryCheck interface {
 //     the runtime's pull if it still runs: no record for the credential;
 //     what the runtime left is tracked by the outer Pull.
 //
-//   - With an image policy, each try is decided on the manifest digest the
-//     registry names, beside the runtime's pull; the runtime's image must
-//     be that manifest's, so the pull is pinned to it. The verdict is bound
-//     to the image ID the pull produced.
+//   - With an image policy that applies to the image, each try is decided
+//     on the manifest digest the registry names before the runtime is
+//     asked: a refused image leaves the node as it was (no new image, no
+//     tag moved to it). The runtime's image must then be that manifest's,
+//     so the pull is pinned to it; the verdict is bound to the image ID
+//     the pull produced.
 //
 // forward is the runtime's pull; it returns the image reference it
-// answered. Verify returns the image ID to answer with.
-func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, present string, fl *layerFlight, forward Forward) (string, RegistryVerification, error) {
-	repo, _ := g.repository(image)
+// answered. Verify returns the image ID to answer with. A try whose
+// runtime pull it stopped before the runtime answered marks run stopped:
+// the runtime may still create the image.
+func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credential, forward Forward) (string, RegistryVerification, error) {
+	image, pod, repo, present := run.image, run.pod, run.repo, run.before
 	var verdict imagepolicy.Verdict
 	decide := func(ctx context.Context, manifest digest.Digest, imageID string) error {
 		v, err := g.imagePolicy.Pull(ctx, image, pod, cred, manifest, imageID)
@@ -69,17 +73,22 @@ func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred r
 		return nil
 	}
 	req := registry.Request{Image: image, Credential: cred, Blobs: true,
-		ProveLayers: g.layerChooser(image, repo, fl, cred.Kind() == registry.KindAnonymous),
-		Resolved:    func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") },
+		ProveLayers: g.layerChooser(image, repo, run.flight, cred.Kind() == registry.KindAnonymous),
 	}
-	if g.imagePolicy.NameDecides(pod, image) {
+	// The runtime is asked only once the image policy allowed the digest
+	// the registry names, when a policy applies to the image.
+	policyFirst := false
+	switch {
+	case g.imagePolicy.NameDecides(pod, image):
 		// No provider applies: the namespace's no-match policy decides on
 		// the name, before the runtime is asked (a Deny namespace pulls
 		// nothing it refuses).
 		if err := decide(ctx, "", ""); err != nil {
 			return "", RegistryVerification{}, err
 		}
-		req.Resolved = nil
+	case g.hasImagePolicy():
+		req.Resolved = func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") }
+		policyFirst = true
 	}
 	if present != "" {
 		held, err := g.pulledImage(ctx, image, repo, present)
@@ -105,19 +114,26 @@ func (g *Guard) Verify(ctx context.Context, image string, pod crireq.Pod, cred r
 			return present, g.registryWord(ctx, image, res, present, true), nil
 		case errors.Is(err, registry.ErrMoved):
 			// The tag moved since the image came to the node: the runtime
-			// pulls the new one, which must be what the registry names now.
+			// pulls the new one, which must be what the registry names now
+			// (and what the image policy allows, before the runtime pulls).
 		case errors.As(err, new(policyRefusal)):
 			return "", RegistryVerification{}, err
 		default:
 			return "", RegistryVerification{}, g.checkFailed(ctx, image, err)
 		}
 	}
-	pulled, res, err := g.pullBeside(ctx, image, repo, req, forward)
+	pulled, res, err := g.pullBeside(ctx, run, req, policyFirst, forward)
 	if err != nil {
 		return "", RegistryVerification{}, err
 	}
 	g.imagePolicy.Bind(verdict, res.ConfigDigest.String())
 	return pulled, g.registryWord(ctx, image, res, res.ConfigDigest.String(), false), nil
+}
+
+// hasImagePolicy reports whether an image policy is configured.
+func (g *Guard) hasImagePolicy() bool {
+	_, none := g.imagePolicy.(noImagePolicy)
+	return !none
 }
 
 // errRuntimePull stands, inside the registry check, for the runtime's pull
@@ -132,20 +148,44 @@ func (p policyRefusal) Unwrap() error { return p.error }
 
 // pullBeside runs the runtime's pull (forward) and the registry check of
 // req beside it, and returns the runtime's image reference and the check's
-// result once both are done. A check that ends first with a refusal stops
-// the pull (and waits for it to end); a pull that fails is answered with
-// the runtime's error.
-func (g *Guard) pullBeside(ctx context.Context, image, repo string, req registry.Request, forward Forward) (string, registry.Result, error) {
+// result once both are done. With policyFirst, the runtime's pull starts
+// only once req.Resolved (the image policy's verdict on the manifest the
+// registry names) allowed it: a refusal before then leaves the node as it
+// was. A check that ends first with a refusal stops the pull (and waits
+// for it to end), marking run stopped when the runtime had not answered;
+// a pull that fails is answered with the runtime's own error.
+func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, policyFirst bool, forward Forward) (string, registry.Result, error) {
+	image := run.image
 	type outcome struct {
-		ref string
-		err error
+		ref     string
+		err     error
+		started bool
 	}
 	pullCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	allowed := make(chan struct{})
+	if !policyFirst {
+		close(allowed)
+	} else {
+		resolved := req.Resolved
+		req.Resolved = func(ctx context.Context, manifest digest.Digest) error {
+			if err := resolved(ctx, manifest); err != nil {
+				return err
+			}
+			close(allowed)
+			return nil
+		}
+	}
 	done := make(chan outcome, 1)
 	go func() {
+		select {
+		case <-allowed:
+		case <-pullCtx.Done():
+			done <- outcome{err: pullCtx.Err()} // never asked: nothing to settle of this try
+			return
+		}
 		ref, err := forward(pullCtx)
-		done <- outcome{ref, err}
+		done <- outcome{ref, err, true}
 	}()
 	var out outcome
 	waited := false
@@ -159,18 +199,25 @@ func (g *Guard) pullBeside(ctx context.Context, image, repo string, req registry
 		if out.err != nil {
 			return registry.PulledImage{}, errRuntimePull
 		}
-		return g.pulledImage(context.WithoutCancel(ctx), image, repo, out.ref)
+		return g.pulledImage(context.WithoutCancel(ctx), image, run.repo, out.ref)
 	}
 	res, err := g.registry.Check(ctx, req)
 	if !waited {
 		// The check ended first (a refusal, the registry unreachable, the
-		// image policy): the runtime's pull is not wanted; it ends, and what
-		// it left the outer Pull tracks.
+		// image policy): the runtime's pull is not wanted; it ends.
 		stop()
 		out = <-done
+		if out.started && out.err != nil && pullCtx.Err() != nil {
+			// Stopped before it answered: containerd goes on after its
+			// client's cancel and may create the image a moment later.
+			run.stopped = true
+		}
 	}
 	switch {
 	case waited && out.err != nil:
+		if pullCtx.Err() != nil {
+			run.stopped = true // the caller went away mid-pull
+		}
 		return "", res, out.err // the runtime's own answer: injection may try the next credential
 	case errors.As(err, new(policyRefusal)):
 		return "", res, err // the image policy's, as it words it for the pod

@@ -1,0 +1,267 @@
+package ensure
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
+)
+
+// A pull through the proxy ends in one of the ways below, and settle is
+// the one place each end's facts are kept. Every end keeps the same
+// three: the record of the image the name now stands for (the verified
+// credential, or none: tracked, every pod verifies) or, when what the
+// runtime holds is not known yet, the pull's intent; that image's layers,
+// learnt from the runtime, else marked unknown (a holder whose layers are
+// unknown makes every layer it may hold private until they are learnt);
+// and the names it was free by before (preloaded), only for an image
+// with no record yet, on a node the proxy has observed.
+//
+// Two more ends are settled where they are found, with the same facts:
+// an intent left by a crash (settleLocked, at start and at each GC run),
+// and an image that arrived around the proxy (track).
+type pullEnd int
+
+const (
+	// endVerified: the registry verified a try's credential, and the
+	// runtime holds the image it named (pulled, or already on the node).
+	endVerified pullEnd = iota
+	// endRefused: the registry refused every try's credential, or could
+	// not be asked, or answered another image than the runtime's.
+	endRefused
+	// endPolicyRefused: the image policy refused the digest the registry
+	// named, before the runtime was asked.
+	endPolicyRefused
+	// endFailed: the runtime's own error ended the last try.
+	endFailed
+	// endStopped: the proxy stopped a try's runtime pull before it
+	// answered (a refusal that came while the runtime pulled). The
+	// runtime may go on and create the image after its client's cancel,
+	// so this is a cut pull.
+	endStopped
+	// endCut: the caller went away before the runtime answered.
+	endCut
+)
+
+func (e pullEnd) String() string {
+	return [...]string{"verified", "refused", "refused by policy", "failed", "stopped by the proxy", "cut"}[e]
+}
+
+// pullRun is one pull through the proxy, across its tries (they run one
+// after the other): what it is of, and what its tries found.
+type pullRun struct {
+	image string
+	repo  string
+	pod   crireq.Pod
+	// intent is the pull's durable intent.
+	intent string
+	// before is the image the name stood for before the pull ("" when
+	// absent or not known).
+	before string
+	// flight holds the pull's layers for the other pulls in flight.
+	flight *layerFlight
+	// stopped says a try's runtime pull was stopped, by the proxy or its
+	// caller, before the runtime answered: what it leaves is not known
+	// until the runtime is asked again later.
+	stopped bool
+	// verified is the registry's word on the try that succeeded.
+	verified *RegistryVerification
+}
+
+// endOf names how a pull that failed with err ended.
+func endOf(ctx context.Context, run *pullRun, err error) pullEnd {
+	switch {
+	case ctx.Err() != nil:
+		return endCut
+	case run.stopped:
+		return endStopped
+	case errors.As(err, new(policyRefusal)):
+		return endPolicyRefused
+	case errors.Is(err, registry.ErrDenied), errors.Is(err, registry.ErrMoved), errors.Is(err, registry.ErrUnreachable), errors.Is(err, errNotVerified):
+		return endRefused
+	}
+	return endFailed
+}
+
+// settleTimeout bounds the questions settling a pull asks the runtime.
+const settleTimeout = 10 * time.Second
+
+// settle keeps the facts of a pull's end. For endVerified, pulled is the
+// runtime's image reference and cred the credential the registry
+// verified; for any other end, the runtime is asked what the name stands
+// for now, with a context of the proxy's own (the caller's may be gone):
+//   - a new image (not the one before the pull): recorded as pulled with
+//     no verified credential, so every pod verifies, never taken for a
+//     preloaded one;
+//   - nothing new, and the runtime's last word on every try is known
+//     (it answered, or was never asked): the intent goes;
+//   - nothing new yet, but a try's runtime pull was stopped or cut
+//     before it answered: the runtime may still be finishing it
+//     (containerd goes on after its client's cancel and creates the image
+//     a moment after this question), so the intent is kept;
+//   - no answer: the intent is kept.
+//
+// A kept intent counts as a pull in flight of its repository until a GC
+// run finds its image (then recorded as above), a later pull of the name
+// succeeds, or the next start settles it. It returns the image ID the
+// end left the name standing for ("" when none or not known), and whether
+// the verified credential was recorded.
+func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled string, cred Credential) (string, bool) {
+	cut := run.stopped || end == endCut || end == endStopped
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	keep := Intent{ID: run.intent, Image: run.image}
+	var id string
+	if end == endVerified {
+		id = g.imageID(ctx, run.image, pulled)
+	} else {
+		cred = Credential{}
+		img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
+		switch {
+		case err != nil:
+			g.keepIntent(keep, run.repo)
+			g.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
+			return "", false
+		case !present || img.ID == run.before:
+			if cut {
+				g.keepIntent(keep, run.repo)
+				g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
+				return "", false
+			}
+			if err := g.store.DropIntent(run.intent); err != nil {
+				g.keepIntent(keep, run.repo)
+				g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
+			}
+			return "", false
+		}
+		id = img.ID
+	}
+	unlock := g.refs.lock(id)
+	defer unlock()
+	preloaded := g.listedBefore(ctx, run.image, run.repo, id, run.before, run.flight)
+	intent := run.intent
+	if cut {
+		// The runtime's last word on a stopped try is not known: whatever
+		// it creates later must not pass for preloaded. The record is
+		// written; the intent stays until it is settled.
+		intent = ""
+	}
+	var err error
+	if v := run.verified; end == endVerified && v != nil && v.LayersKnown {
+		// The registry vouched for every layer as repo: kept with the record.
+		err = g.store.RecordVerifiedPull(id, run.repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
+	} else {
+		err = g.store.RecordPull(id, run.repo, cred, intent, g.clock.Now(), preloaded)
+	}
+	if end != endVerified || run.verified == nil || !run.verified.LayersKnown {
+		g.keepLayers(ctx, id, err != nil || !cred.Node)
+	}
+	if err != nil {
+		g.recordFailed(run.image, run.repo, id, run.intent, err)
+		return id, false
+	}
+	if end == endVerified {
+		// The record tracks what the name stands for: the intents earlier
+		// pulls of it kept protect nothing more.
+		g.settlePulled(run.image)
+	}
+	if cut {
+		g.keepIntent(keep, run.repo)
+	}
+	if end == endVerified {
+		return id, true
+	}
+	g.logDecision(ctx, "PullImage: "+end.String()+", but the image arrived: tracked with no verified credential", run.image, id, run.pod.String(), "every pod verifies")
+	return id, false
+}
+
+// keepLayers learns the layers of an image an end left on the node, from
+// the runtime. When the runtime does not say, and the image restricts (a
+// record that is not node-wide, or one that could not be written), its
+// layers are marked unknown: until they are learnt (a GC run asks again),
+// every layer the node holds counts as one it may hold, and so as private
+// (layerPrivate).
+func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool) {
+	if _, ok := g.learnLayers(ctx, imageRef, g.clock.Now(), true); !ok && restricts {
+		g.unknownLayers.add(imageRef, g.clock.Now())
+		g.log.Warn("the runtime does not say which layers an image holds; every layer on the node counts as private until it does",
+			"imageRef", imageRef)
+	}
+}
+
+// recordFailed keeps a pull's intent whose record could not be written.
+// Until a GC run (or the next start) settles it, as the kubelet's intent
+// counter does, the image counts as pulled by the proxy with no verified
+// credential, by its repository and by its ID: never as preloaded.
+func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
+	g.keepIntent(Intent{ID: intent, Image: image}, repo)
+	g.unrecorded.inc(ref)
+	g.metrics.recordErr.Inc()
+	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
+		"until", "its intent is settled", "err", err)
+}
+
+// unknownLayerTable holds the images tracked on the node (a record that
+// restricts, or a pull that could not record) whose layers the runtime
+// did not say, each with when it was found.
+type unknownLayerTable struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func newUnknownLayerTable() *unknownLayerTable {
+	return &unknownLayerTable{m: map[string]time.Time{}}
+}
+
+func (u *unknownLayerTable) add(imageRef string, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.m[imageRef]; !ok {
+		u.m[imageRef] = at
+	}
+}
+
+func (u *unknownLayerTable) drop(imageRef string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.m, imageRef)
+}
+
+// earliestBut returns when the first image other than self with unknown
+// layers was found; false when there is none.
+func (u *unknownLayerTable) earliestBut(self string) (time.Time, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var first time.Time
+	found := false
+	for ref, at := range u.m {
+		if ref != self && (!found || at.Before(first)) {
+			first, found = at, true
+		}
+	}
+	return first, found
+}
+
+// retain drops the images keep refuses (gone from the node).
+func (u *unknownLayerTable) retain(keep func(imageRef string) bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for ref := range u.m {
+		if !keep(ref) {
+			delete(u.m, ref)
+		}
+	}
+}
+
+func (u *unknownLayerTable) list() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([]string, 0, len(u.m))
+	for ref := range u.m {
+		out = append(out, ref)
+	}
+	return out
+}
