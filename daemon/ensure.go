@@ -80,10 +80,19 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 	}
 	d.settleIntents(ctx, guard)
 	d.background(func(ctx context.Context) {
-		// The node's images before the first pull: what is preloaded.
-		if err := guard.ObserveLayers(ctx); err != nil {
-			d.log.Warn("learning the layers of the node's images failed; the next garbage collection does", "err", err)
-		}
+		// The node's images before the first pull: what is preloaded. Until
+		// a look succeeds (the runtime may not answer yet, as at node boot),
+		// no image counts as preloaded and no layer as public: look again
+		// soon, not at the next garbage collection.
+		logged := false
+		_ = wait.PollUntilContextCancel(ctx, settleRetryInterval, true, func(ctx context.Context) (bool, error) {
+			err := guard.ObserveLayers(ctx)
+			if err != nil && !logged {
+				logged = true
+				d.log.Warn("looking at the node's images failed; retrying, no image counts as preloaded until a look succeeds", "err", err)
+			}
+			return err == nil || guard.Observed(), nil
+		})
 		guard.Run(ctx, e.GCInterval.Duration)
 	})
 	// While the database's writes fail, probe it: readiness comes back by
