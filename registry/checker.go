@@ -190,6 +190,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		res.Requests, res.ManifestGets = int(chk.requests.Load()), int(chk.manifestGets.Load())
 		result := resultVerified
 		switch {
+		case errors.Is(err, ErrForged):
+			result = resultForged
 		case errors.Is(err, ErrDenied):
 			result = resultDenied
 		case errors.Is(err, ErrMoved):
@@ -207,6 +209,15 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 			slog.String("credential", res.CredentialKind), slog.String("result", result),
 			slog.String("manifest", string(res.ManifestDigest)), slog.Int("blobsChecked", res.BlobsChecked),
 			slog.Int("requests", res.Requests), slog.Duration("duration", time.Since(start)), errAttr(err))
+		if result == resultForged {
+			// Whoever called, the operator hears of it: a registry serving
+			// bytes that are not the content it names is a tenant naming an
+			// image it does not hold, or a corrupt storage. The error names
+			// the registry, the repository and the digests.
+			c.log.LogAttrs(ctx, slog.LevelWarn, "registry check: the registry served bytes that are not the content their digest names; the pull is refused",
+				slog.String("image", r.Image), slog.String("registry", res.Registry), slog.String("repository", res.Repository),
+				slog.String("endpoint", res.Endpoint), errAttr(err))
+		}
 	}()
 
 	ectx, cancel := context.WithTimeout(ctx, c.timeout)

@@ -56,17 +56,25 @@
 // Error() is for the operator and whose Reason is short, for the pod:
 //
 //   - ErrDenied: 401/403 for this credential (or from the token endpoint),
-//     the manifest or a blob unknown to this repository (404), a config or
-//     a proven layer whose bytes are not its content, or a request the
-//     registry refused as such (400, 413, 414, 431: a pull secret too
-//     large for its headers is a refusal, not an outage);
+//     the manifest or a blob unknown to this repository (404), or a
+//     request the registry refused as such (400, 413, 414, 431: a pull
+//     secret too large for its headers is a refusal, not an outage);
+//   - ErrForged, a kind of ErrDenied (errors.Is matches both): the
+//     config's bytes, or a proven layer's (its blob, or what it
+//     decompresses to), are not the content their digest names. The pod
+//     reads "the registry's bytes are not the image's config" (or layer);
+//     the operator's error names the registry, the repository and both
+//     digests, and a warning is logged whoever called;
 //   - ErrMoved: the reference resolves to another image than ImageID, or
 //     its index has no manifest for the platform;
 //   - ErrUnreachable: network, TLS, timeout, 429, 5xx, other statuses, and
-//     answers that cannot be used: garbage, over a size bound, or not the
-//     content their digest names. A registry that lies about a digest is
+//     answers that cannot be used: garbage, over a size bound, or a
+//     manifest (or a HEAD's Docker-Content-Digest) that is not the content
+//     its digest names. A registry that lies about a manifest's digest is
 //     ErrUnreachable: its answer is not a word the check can take, which is
-//     not the same as a refusal; both fail closed.
+//     not the same as a refusal; both fail closed. A config or a layer is
+//     another matter: the registry must serve its bytes to prove it holds
+//     them, and other bytes are the proof that it does not (ErrForged).
 //
 // An error matching none of them is a Request that is not valid (an image
 // that does not parse, an ImageID that is no digest). No error, log line
@@ -138,8 +146,11 @@
 // bounded: a host earns its own label when it answered a reference as a
 // registry (or the operator vouched a mirror for it), up to 64; others
 // are "other":
-// cri_image_proxy_registry_checks_total{registry,endpoint,result},
-// cri_image_proxy_registry_blob_checks_total{registry,endpoint,result},
-// cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result},
+// cri_image_proxy_registry_checks_total{registry,endpoint,result}
+// (verified, denied, forged, moved, unreachable, invalid),
+// cri_image_proxy_registry_blob_checks_total{registry,endpoint,result}
+// (present, missing, refused, forged, error),
+// cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result}
+// (proven layers; forged, failed proofs),
 // cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
 package registry

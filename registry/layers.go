@@ -77,13 +77,18 @@ func diffIDsOfConfig(config []byte) ([]digest.Digest, error) {
 	return c.RootFS.DiffIDs, nil
 }
 
-// errForged is an answer whose bytes are not the content asked for.
-var errForged = errors.New("the bytes are not the content asked for")
+// The pod's reasons for a forged answer: short, no digest (the operator's
+// detail has them).
+const (
+	reasonForgedConfig = "the registry's bytes are not the image's config"
+	reasonForgedLayer  = "the registry's bytes are not the image's layer"
+)
 
 // readConfig reads a GET of an image's config and verifies its bytes: a
 // registry proves it holds an image's config only by serving it (a
 // runtime that holds the config already fetches nothing, so a HEAD 200
 // would let a registry that never had it name another tenant's image).
+// Bytes that are not the config are a forgery (ErrForged).
 func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.ContentLength > maxConfigBytes {
@@ -96,8 +101,11 @@ func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, erro
 	case err != nil:
 		return nil, transportFailure(what, err)
 	}
-	if err := verifyDigest(body, d); err != nil {
-		return nil, fmt.Errorf("%w: %v", errForged, err)
+	if err := d.Validate(); err != nil {
+		return nil, failure(ErrUnreachable, "invalid answer", "%s: config digest %.80q: %v", what, d, err)
+	}
+	if got := d.Algorithm().FromBytes(body); got != d {
+		return nil, forgery(reasonForgedConfig, "%s: %d bytes whose digest is %s, not the config %s", what, len(body), got, d)
 	}
 	return body, nil
 }
@@ -149,11 +157,16 @@ func (k *check) proveLayers(ctx context.Context, layers []Layer, want []digest.D
 			k.res.Proven = append(k.res.Proven, l.DiffID)
 		}
 	}
+	regLabel, epLabel := k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep)
 	if err == nil {
-		k.c.metrics.proofs.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep), "proven").Add(float64(len(todo)))
+		k.c.metrics.proofs.WithLabelValues(regLabel, epLabel, proofProven).Add(float64(len(todo)))
 		return nil
 	}
-	k.c.metrics.proofs.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep), "failed").Inc()
+	result := proofFailed
+	if errors.Is(err, ErrForged) {
+		result = proofForged
+	}
+	k.c.metrics.proofs.WithLabelValues(regLabel, epLabel, result).Inc()
 	return err
 }
 
@@ -198,11 +211,13 @@ func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
 		// bytes, failed.
 		return counted.n, transportFailure(what, counted.err)
 	case err != nil:
-		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: %v", what, err)
+		// The bytes do not decompress as their media type says: no layer
+		// the runtime could unpack, so not the diff_id the config names.
+		return counted.n, forgery(reasonForgedLayer, "registry %s, repository %s: %s: the bytes do not decompress as %s: %v", k.name.registry, k.name.repository, what, l.Blob.MediaType, err)
 	case blob.Digest() != l.Blob.Digest:
-		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: the bytes are %s", what, blob.Digest())
+		return counted.n, forgery(reasonForgedLayer, "registry %s, repository %s: %s: %d bytes whose digest is %s, not the blob %s", k.name.registry, k.name.repository, what, counted.n, blob.Digest(), l.Blob.Digest)
 	case diff.Digest() != l.DiffID:
-		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: they decompress to %s, not the config's %s", what, diff.Digest(), l.DiffID)
+		return counted.n, forgery(reasonForgedLayer, "registry %s, repository %s: %s: the blob decompresses to %s, not the config's diff_id %s", k.name.registry, k.name.repository, what, diff.Digest(), l.DiffID)
 	}
 	return counted.n, nil
 }
