@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
@@ -21,7 +22,29 @@ const (
 	DefaultProofTimeout     = 10 * time.Minute
 	DefaultMaxProofBytes    = 8 << 30
 	DefaultMaxProofParallel = 3
+	// DefaultMaxProofUncompressedBytes is DefaultProofInflation times
+	// DefaultMaxProofBytes: 32 GiB.
+	DefaultMaxProofUncompressedBytes = DefaultProofInflation * DefaultMaxProofBytes
+	// DefaultProofInflation is how many times the compressed bound a
+	// layer may decompress to when Options leave the decompressed bound
+	// zero. Real layers compress 2 to 5 times (a base OS layer about 3,
+	// binaries and model weights about 1); the bound is each layer's, so
+	// a layer far smaller than the compressed bound may inflate further.
+	// It stops a decompression bomb (a small blob inflating to terabytes)
+	// after a minute or two of a core (which decompresses and hashes 300
+	// to 400 MB/s), not at the proof's timeout.
+	DefaultProofInflation = 4
 )
+
+// DefaultMaxProofUncompressed is the decompressed bound a Checker takes
+// for a compressed bound of maxProofBytes when Options leave it zero:
+// DefaultProofInflation times maxProofBytes, saturating.
+func DefaultMaxProofUncompressed(maxProofBytes int64) int64 {
+	if maxProofBytes > math.MaxInt64/DefaultProofInflation {
+		return math.MaxInt64
+	}
+	return DefaultProofInflation * maxProofBytes
+}
 
 // Options configure a Checker. The zero value is usable.
 type Options struct {
@@ -46,6 +69,12 @@ type Options struct {
 	// DefaultMaxProofBytes (8 GiB). A layer over it cannot be proven: the
 	// pull is refused.
 	MaxProofBytes int64
+	// MaxProofUncompressedBytes bounds what each layer a proof fetches
+	// decompresses to; 0 is DefaultMaxProofUncompressed(MaxProofBytes),
+	// 32 GiB by default. A layer over it cannot be proven: the pull is
+	// refused. (A zstd frame's window is bounded too, to 128 MiB: see
+	// maxZstdWindow.)
+	MaxProofUncompressedBytes int64
 	// MaxProofParallel bounds the layers one proof fetches at once; 0 is
 	// DefaultMaxProofParallel, containerd's default for a pull's layer
 	// downloads.
@@ -64,6 +93,7 @@ type Checker struct {
 	maxParallel      int
 	proofTimeout     time.Duration
 	maxProofBytes    int64
+	maxUncompressed  int64 // a proven layer's decompressed bytes
 	maxProofParallel int
 	log              *slog.Logger
 	metrics          *metrics
@@ -92,6 +122,10 @@ func New(opts Options) (*Checker, error) {
 	}
 	if c.maxProofBytes <= 0 {
 		c.maxProofBytes = DefaultMaxProofBytes
+	}
+	c.maxUncompressed = opts.MaxProofUncompressedBytes
+	if c.maxUncompressed <= 0 {
+		c.maxUncompressed = DefaultMaxProofUncompressed(c.maxProofBytes)
 	}
 	if c.maxProofParallel <= 0 {
 		c.maxProofParallel = DefaultMaxProofParallel

@@ -31,8 +31,9 @@
 //   - with Request.ProveLayers, each layer it names (by diff_id, from the
 //     verified config) fetched from this repository for this credential,
 //     its bytes the manifest's blob, decompressed to the diff_id, streamed
-//     and discarded, bounded by Options.MaxProofBytes and ProofTimeout
-//     (Result.Proven, Result.ProvenBytes). A runtime shares layers by
+//     and discarded, bounded by Options.MaxProofBytes,
+//     MaxProofUncompressedBytes and ProofTimeout (Result.Proven,
+//     Result.ProvenBytes). A runtime shares layers by
 //     diff_id without fetching or checking a blob, so for content the node
 //     holds from elsewhere only the bytes prove a registry has it.
 //
@@ -123,8 +124,13 @@
 //
 // Every check is bounded by Options.Timeout (its layer proofs by
 // Options.ProofTimeout); every answer's body by 4 MiB (a proven layer's by
-// Options.MaxProofBytes);
-// an image by 1024 blobs; HEADs in flight by Options.MaxParallel. Manifest
+// Options.MaxProofBytes, and what it decompresses to by
+// Options.MaxProofUncompressedBytes, so that a decompression bomb stops
+// there and not at the timeout; a zstd frame's window, which the decoder
+// allocates whole, by 128 MiB, the zstd command's own limit); an image by
+// 1024 blobs; HEADs in flight by Options.MaxParallel. A proof past a bound
+// fails closed as ErrUnreachable ("a layer is over the proof bound"), not
+// as a forgery: nothing says the bytes are not the content. Manifest
 // bodies verified by digest are kept in memory, parsed, up to
 // Options.ManifestCacheBytes, with the endpoints and repositories that
 // served them: they save fetching an index's platform manifest (or a
@@ -151,6 +157,6 @@
 // cri_image_proxy_registry_blob_checks_total{registry,endpoint,result}
 // (present, missing, refused, forged, error),
 // cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result}
-// (proven layers; forged, failed proofs),
+// (proven layers; forged, over_bound, failed proofs),
 // cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
 package registry

@@ -47,6 +47,9 @@ type Error struct {
 	Reason   string // short: "not found in the repository", "2 of 5 blobs not readable"
 	Detail   string // the operator's detail: statuses, digests, the cause
 	ctxErr   error  // context.Canceled or DeadlineExceeded when that was the cause
+	// overBound: a layer proof stopped at one of its bounds (ErrUnreachable,
+	// as every answer over a size bound), told apart for the proofs metric.
+	overBound bool
 }
 
 func (e *Error) Error() string {
@@ -88,6 +91,17 @@ func failure(kind error, reason, detailFormat string, args ...any) *Error {
 // names (ErrForged).
 func forgery(reason, detailFormat string, args ...any) *Error {
 	return failure(ErrForged, reason, detailFormat, args...)
+}
+
+// overProofBound is a layer proof stopped at one of its bounds: the
+// compressed bytes, the decompressed bytes, a zstd frame's window. Not a
+// forgery (the bytes may well be the content: nothing says they are not),
+// and the pull is refused all the same: ErrUnreachable, as every answer
+// over a size bound.
+func overProofBound(detailFormat string, args ...any) *Error {
+	e := failure(ErrUnreachable, "a layer is over the proof bound", detailFormat, args...)
+	e.overBound = true
+	return e
 }
 
 // transportFailure describes an error of the HTTP client (network, TLS,

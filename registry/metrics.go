@@ -40,9 +40,10 @@ const (
 // Results of a layer proof, as the proofs metric labels them: proven
 // counts layers, the others proofs (each stops at its first failure).
 const (
-	proofProven = "proven"
-	proofForged = "forged" // a layer's bytes are not its blob, or not its diff_id
-	proofFailed = "failed" // anything else: a layer missing, refused, unreachable, over a bound
+	proofProven    = "proven"
+	proofForged    = "forged"     // a layer's bytes are not its blob, or not its diff_id
+	proofOverBound = "over_bound" // stopped at a bound: compressed, decompressed, a zstd window
+	proofFailed    = "failed"     // anything else: a layer missing, refused, unreachable
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -62,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"registry", "endpoint"}),
 		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "cri_image_proxy", Subsystem: "registry", Name: "layer_proofs_total",
-			Help: "Layers a check proved by fetching their bytes (content the node shares by digest that this repository had not supplied), by registry host, endpoint and result (proven: layers; forged, failed: proofs that failed).",
+			Help: "Layers a check proved by fetching their bytes (content the node shares by digest that this repository had not supplied), by registry host, endpoint and result (proven: layers; forged, over_bound, failed: proofs that failed).",
 		}, []string{"registry", "endpoint", "result"}),
 	}
 	if reg == nil {
