@@ -22,9 +22,6 @@ const (
 	DefaultProofTimeout     = 10 * time.Minute
 	DefaultMaxProofBytes    = 8 << 30
 	DefaultMaxProofParallel = 3
-	// DefaultMaxProofUncompressedBytes is DefaultProofInflation times
-	// DefaultMaxProofBytes: 32 GiB.
-	DefaultMaxProofUncompressedBytes = DefaultProofInflation * DefaultMaxProofBytes
 	// DefaultProofInflation is how many times the compressed bound a
 	// layer may decompress to when Options leave the decompressed bound
 	// zero. Real layers compress 2 to 5 times (a base OS layer about 3,

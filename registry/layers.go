@@ -226,11 +226,11 @@ func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
 	case err != nil:
 		// The bytes do not decompress as their media type says: no layer
 		// the runtime could unpack, so not the diff_id the config names.
-		return counted.n, forgery(reasonForgedLayer, "registry %s, repository %s: %s: the bytes do not decompress as %s: %v", k.name.registry, k.name.repository, what, l.Blob.MediaType, err)
+		return counted.n, forgery(reasonForgedLayer, "%s: the bytes do not decompress as %s: %v", where, l.Blob.MediaType, err)
 	case blob.Digest() != l.Blob.Digest:
-		return counted.n, forgery(reasonForgedLayer, "registry %s, repository %s: %s: %d bytes whose digest is %s, not the blob %s", k.name.registry, k.name.repository, what, counted.n, blob.Digest(), l.Blob.Digest)
+		return counted.n, forgery(reasonForgedLayer, "%s: %d bytes whose digest is %s, not the blob %s", where, counted.n, blob.Digest(), l.Blob.Digest)
 	case diff.Digest() != l.DiffID:
-		return counted.n, forgery(reasonForgedLayer, "registry %s, repository %s: %s: the blob decompresses to %s, not the config's diff_id %s", k.name.registry, k.name.repository, what, diff.Digest(), l.DiffID)
+		return counted.n, forgery(reasonForgedLayer, "%s: the blob decompresses to %s, not the config's diff_id %s", where, diff.Digest(), l.DiffID)
 	}
 	return counted.n, nil
 }
