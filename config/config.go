@@ -195,6 +195,12 @@ type RegistryCheck struct {
 	// MaxProofBytes bounds each layer a proof fetches, compressed: a layer
 	// over it cannot be proven, and its pull is refused. Default: 8Gi.
 	MaxProofBytes resource.Quantity `json:"maxProofBytes,omitempty"`
+	// MaxProofUncompressedBytes bounds what each layer a proof fetches
+	// decompresses to: a small blob that inflates to terabytes (a
+	// decompression bomb) stops there, not at proofTimeout. A layer over
+	// it cannot be proven, and its pull is refused. At least
+	// maxProofBytes. Default: 4 times maxProofBytes (32Gi).
+	MaxProofUncompressedBytes resource.Quantity `json:"maxProofUncompressedBytes,omitempty"`
 	// MaxProofParallel bounds the layers one proof fetches at once.
 	// Default: 3, containerd's for a pull's layer downloads.
 	MaxProofParallel int `json:"maxProofParallel,omitempty"`
@@ -366,6 +372,11 @@ func (c *ProxyConfiguration) SetDefaults() {
 	}
 	if r.MaxProofBytes.IsZero() {
 		r.MaxProofBytes = *resource.NewQuantity(registry.DefaultMaxProofBytes, resource.BinarySI)
+	}
+	// The decompressed bound follows the compressed one the file sets (a
+	// negative one is left for Validate to name).
+	if r.MaxProofUncompressedBytes.IsZero() && r.MaxProofBytes.Sign() > 0 {
+		r.MaxProofUncompressedBytes = *resource.NewQuantity(registry.DefaultMaxProofUncompressed(r.MaxProofBytes.Value()), resource.BinarySI)
 	}
 	if r.MaxProofParallel == 0 {
 		r.MaxProofParallel = registry.DefaultMaxProofParallel
@@ -610,6 +621,16 @@ func validateRegistryCheck(c *ProxyConfiguration) field.ErrorList {
 	}
 	if r.MaxProofBytes.Sign() < 0 {
 		errs = append(errs, field.Invalid(p.Child("maxProofBytes"), r.MaxProofBytes.String(), "must not be negative"))
+	}
+	switch {
+	case r.MaxProofUncompressedBytes.Sign() < 0:
+		errs = append(errs, field.Invalid(p.Child("maxProofUncompressedBytes"), r.MaxProofUncompressedBytes.String(), "must not be negative"))
+	case r.MaxProofUncompressedBytes.Sign() > 0 && r.MaxProofUncompressedBytes.Cmp(r.MaxProofBytes) < 0:
+		// A layer decompresses to about its size at least (incompressible
+		// content): a lower bound refuses every layer between the two, a
+		// mistake of units more likely than a wish.
+		errs = append(errs, field.Invalid(p.Child("maxProofUncompressedBytes"), r.MaxProofUncompressedBytes.String(),
+			fmt.Sprintf("must be at least maxProofBytes (%s): a layer decompresses to about its compressed size at least", r.MaxProofBytes.String())))
 	}
 	if r.MaxProofParallel < 0 {
 		errs = append(errs, field.Invalid(p.Child("maxProofParallel"), r.MaxProofParallel, "must not be negative"))

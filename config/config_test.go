@@ -32,7 +32,7 @@ func TestLoad(t *testing.T) {
 		want.ImagePolicy = &ImagePolicy{Config: "/etc/cri-image-proxy/image-policy.d", BinDir: "/usr/libexec/cri-image-proxy/policy", CacheSize: 512}
 		want.ImagePolicy.CachePurgeInterval.Duration = DefaultPluginCachePurgeInterval
 		want.RegistryCheck = RegistryCheck{
-			HostsDir: "/etc/containerd/certs.d", MaxProofBytes: resource.MustParse("512Mi"), MaxProofParallel: 2,
+			HostsDir: "/etc/containerd/certs.d", MaxProofBytes: resource.MustParse("512Mi"), MaxProofUncompressedBytes: resource.MustParse("3Gi"), MaxProofParallel: 2,
 			VouchedMirrors: []VouchedMirror{{Registry: "docker.io", Endpoint: "https://mirror.example"}},
 		}
 		want.RegistryCheck.Timeout.Duration = 20 * time.Second
@@ -75,6 +75,34 @@ func TestDecodeErrors(t *testing.T) {
 			_, err := Decode([]byte(tc.yaml))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTheDecompressedProofBoundFollowsTheCompressedOne: left out, the
+// decompressed bound of a layer proof is 4 times the compressed one in
+// effect, the file's or the default.
+func TestTheDecompressedProofBoundFollowsTheCompressedOne(t *testing.T) {
+	t.Parallel()
+	head := "apiVersion: config.cri-image-proxy.io/v1alpha1\nkind: ProxyConfiguration\n"
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"with neither set, 4 times the default 8Gi", head, "32Gi"},
+		{"with the compressed bound set, 4 times it", head + "registryCheck:\n  maxProofBytes: 512Mi\n", "2Gi"},
+		{"set, it is as set", head + "registryCheck:\n  maxProofBytes: 512Mi\n  maxProofUncompressedBytes: 1Gi\n", "1Gi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Decode([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.RegistryCheck.MaxProofUncompressedBytes; got.Cmp(resource.MustParse(tc.want)) != 0 {
+				t.Errorf("maxProofUncompressedBytes %s, want %s", got.String(), tc.want)
 			}
 		})
 	}
@@ -127,8 +155,13 @@ func TestValidate(t *testing.T) {
 			c.RegistryCheck.Timeout.Duration = -1
 			c.RegistryCheck.ProofTimeout.Duration = -1
 			c.RegistryCheck.MaxProofBytes = resource.MustParse("-1Gi")
+			c.RegistryCheck.MaxProofUncompressedBytes = resource.MustParse("-1Gi")
 			c.RegistryCheck.MaxProofParallel = -1
-		}, []string{"registryCheck.timeout", "registryCheck.proofTimeout", "registryCheck.maxProofBytes", "registryCheck.maxProofParallel"}},
+		}, []string{"registryCheck.timeout", "registryCheck.proofTimeout", "registryCheck.maxProofBytes", "registryCheck.maxProofUncompressedBytes", "registryCheck.maxProofParallel"}},
+		{"a decompressed proof bound under the compressed one names both", func(c *ProxyConfiguration) {
+			c.RegistryCheck.MaxProofBytes = resource.MustParse("8Gi")
+			c.RegistryCheck.MaxProofUncompressedBytes = resource.MustParse("32Mi")
+		}, []string{"registryCheck.maxProofUncompressedBytes", "32Mi", "at least maxProofBytes (8Gi)"}},
 		{"a relative kubeconfig names the field", func(c *ProxyConfiguration) {
 			c.Kubernetes = &Kubernetes{Kubeconfig: "kubeconfig", NodeName: "n", QPS: 1, Burst: 1}
 		}, []string{"kubernetes.kubeconfig: Invalid value"}},

@@ -76,20 +76,21 @@ func newImagePolicy(ip *config.ImagePolicy, log *slog.Logger, reg prometheus.Reg
 // registered once.
 func newRegistryCheck(rc config.RegistryCheck, log *slog.Logger, reg prometheus.Registerer) (*registry.Checker, error) {
 	checker, err := registry.New(registry.Options{
-		HostsDir:         rc.HostsDir,
-		Vouched:          rc.Vouched(),
-		Timeout:          rc.Timeout.Duration,
-		ProofTimeout:     rc.ProofTimeout.Duration,
-		MaxProofBytes:    rc.MaxProofBytes.Value(),
-		MaxProofParallel: rc.MaxProofParallel,
-		Registerer:       reg,
-		Logger:           log,
+		HostsDir:                  rc.HostsDir,
+		Vouched:                   rc.Vouched(),
+		Timeout:                   rc.Timeout.Duration,
+		ProofTimeout:              rc.ProofTimeout.Duration,
+		MaxProofBytes:             rc.MaxProofBytes.Value(),
+		MaxProofUncompressedBytes: rc.MaxProofUncompressedBytes.Value(),
+		MaxProofParallel:          rc.MaxProofParallel,
+		Registerer:                reg,
+		Logger:                    log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("registryCheck: %w", err)
 	}
 	log.Info("registry check on", "hostsDir", rc.HostsDir, "vouchedMirrors", len(rc.VouchedMirrors), "timeout", rc.Timeout.Duration,
-		"proofTimeout", rc.ProofTimeout.Duration, "maxProofBytes", rc.MaxProofBytes.String(), "maxProofParallel", rc.MaxProofParallel)
+		"proofTimeout", rc.ProofTimeout.Duration, "maxProofBytes", rc.MaxProofBytes.String(), "maxProofUncompressedBytes", rc.MaxProofUncompressedBytes.String(), "maxProofParallel", rc.MaxProofParallel)
 	return checker, nil
 }
 

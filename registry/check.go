@@ -530,7 +530,7 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, config *oc
 			if t.method == http.MethodGet && resp.StatusCode == http.StatusOK {
 				body, err := readConfig(resp, what, t.digest)
 				switch {
-				case errors.Is(err, errForged):
+				case errors.Is(err, ErrForged):
 					outcomes[i] = outcome{forged, err}
 				case err != nil:
 					outcomes[i] = outcome{failed, err}
@@ -565,24 +565,26 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, config *oc
 	}
 	g.Wait()
 
-	var absent []string
+	var absent, forgedDetail []string
 	var firstFailure, cancelled error
 	regLabel, epLabel := k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep)
 	for i, o := range outcomes {
 		switch o.kind {
 		case present:
 			k.res.BlobsChecked++
-			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, "present").Inc()
-		case missing, refused, forged:
-			how := map[int]string{missing: "missing", refused: "refused", forged: "not its content"}[o.kind]
-			label := how
-			if o.kind == forged {
-				label = "error"
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, blobPresent).Inc()
+		case forged:
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, blobForged).Inc()
+			var e *Error
+			if errors.As(o.err, &e) {
+				forgedDetail = append(forgedDetail, e.Detail)
 			}
-			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, label).Inc()
+		case missing, refused:
+			how := map[int]string{missing: blobMissing, refused: blobRefused}[o.kind]
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, how).Inc()
 			absent = append(absent, fmt.Sprintf("%s %s", targets[i].digest, how))
 		default:
-			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, "error").Inc()
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, blobError).Inc()
 			switch {
 			case o.err == nil:
 				firstFailure = failure(ErrUnreachable, "internal error", "%s %s%s: no outcome", targets[i].method, k.name.repository, targets[i].path)
@@ -593,11 +595,23 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, config *oc
 			}
 		}
 	}
-	if n := len(absent); n > 0 {
-		if n > 10 {
-			absent = append(absent[:10], "…")
+	nAbsent := len(absent)
+	if nAbsent > 10 {
+		absent = append(absent[:10], "…")
+	}
+	if len(forgedDetail) > 0 {
+		// The config's bytes are not the config: whatever else the round
+		// found, the registry named an image it cannot serve. The pod reads
+		// that much; the operator's detail names the registry, the
+		// repository and both digests, and what else was not readable.
+		detail := fmt.Sprintf("registry %s, repository %s: %s", k.name.registry, k.name.repository, strings.Join(forgedDetail, "; "))
+		if len(absent) > 0 {
+			detail += "; not readable either: " + strings.Join(absent, ", ")
 		}
-		return nil, failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", n, len(targets)),
+		return nil, forgery(reasonForgedConfig, "%s", detail)
+	}
+	if nAbsent > 0 {
+		return nil, failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", nAbsent, len(targets)),
 			"in %s: %s", k.name.repository, strings.Join(absent, ", "))
 	}
 	if firstFailure != nil {

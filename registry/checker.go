@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
@@ -21,7 +22,26 @@ const (
 	DefaultProofTimeout     = 10 * time.Minute
 	DefaultMaxProofBytes    = 8 << 30
 	DefaultMaxProofParallel = 3
+	// DefaultProofInflation is how many times the compressed bound a
+	// layer may decompress to when Options leave the decompressed bound
+	// zero. Real layers compress 2 to 5 times (a base OS layer about 3,
+	// binaries and model weights about 1); the bound is each layer's, so
+	// a layer far smaller than the compressed bound may inflate further.
+	// It stops a decompression bomb (a small blob inflating to terabytes)
+	// after a minute or two of a core (which decompresses and hashes 300
+	// to 400 MB/s), not at the proof's timeout.
+	DefaultProofInflation = 4
 )
+
+// DefaultMaxProofUncompressed is the decompressed bound a Checker takes
+// for a compressed bound of maxProofBytes when Options leave it zero:
+// DefaultProofInflation times maxProofBytes, saturating.
+func DefaultMaxProofUncompressed(maxProofBytes int64) int64 {
+	if maxProofBytes > math.MaxInt64/DefaultProofInflation {
+		return math.MaxInt64
+	}
+	return DefaultProofInflation * maxProofBytes
+}
 
 // Options configure a Checker. The zero value is usable.
 type Options struct {
@@ -46,6 +66,12 @@ type Options struct {
 	// DefaultMaxProofBytes (8 GiB). A layer over it cannot be proven: the
 	// pull is refused.
 	MaxProofBytes int64
+	// MaxProofUncompressedBytes bounds what each layer a proof fetches
+	// decompresses to; 0 is DefaultMaxProofUncompressed(MaxProofBytes),
+	// 32 GiB by default. A layer over it cannot be proven: the pull is
+	// refused. (A zstd frame's window is bounded too, to 128 MiB: see
+	// maxZstdWindow.)
+	MaxProofUncompressedBytes int64
 	// MaxProofParallel bounds the layers one proof fetches at once; 0 is
 	// DefaultMaxProofParallel, containerd's default for a pull's layer
 	// downloads.
@@ -64,6 +90,7 @@ type Checker struct {
 	maxParallel      int
 	proofTimeout     time.Duration
 	maxProofBytes    int64
+	maxUncompressed  int64 // a proven layer's decompressed bytes
 	maxProofParallel int
 	log              *slog.Logger
 	metrics          *metrics
@@ -92,6 +119,10 @@ func New(opts Options) (*Checker, error) {
 	}
 	if c.maxProofBytes <= 0 {
 		c.maxProofBytes = DefaultMaxProofBytes
+	}
+	c.maxUncompressed = opts.MaxProofUncompressedBytes
+	if c.maxUncompressed <= 0 {
+		c.maxUncompressed = DefaultMaxProofUncompressed(c.maxProofBytes)
 	}
 	if c.maxProofParallel <= 0 {
 		c.maxProofParallel = DefaultMaxProofParallel
@@ -190,6 +221,8 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		res.Requests, res.ManifestGets = int(chk.requests.Load()), int(chk.manifestGets.Load())
 		result := resultVerified
 		switch {
+		case errors.Is(err, ErrForged):
+			result = resultForged
 		case errors.Is(err, ErrDenied):
 			result = resultDenied
 		case errors.Is(err, ErrMoved):
@@ -207,6 +240,15 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 			slog.String("credential", res.CredentialKind), slog.String("result", result),
 			slog.String("manifest", string(res.ManifestDigest)), slog.Int("blobsChecked", res.BlobsChecked),
 			slog.Int("requests", res.Requests), slog.Duration("duration", time.Since(start)), errAttr(err))
+		if result == resultForged {
+			// Whoever called, the operator hears of it: a registry serving
+			// bytes that are not the content it names is a tenant naming an
+			// image it does not hold, or a corrupt storage. The error names
+			// the registry, the repository and the digests.
+			c.log.LogAttrs(ctx, slog.LevelWarn, "registry check: the registry served bytes that are not the content their digest names; the pull is refused",
+				slog.String("image", r.Image), slog.String("registry", res.Registry), slog.String("repository", res.Repository),
+				slog.String("endpoint", res.Endpoint), errAttr(err))
+		}
 	}()
 
 	ectx, cancel := context.WithTimeout(ctx, c.timeout)

@@ -31,8 +31,9 @@
 //   - with Request.ProveLayers, each layer it names (by diff_id, from the
 //     verified config) fetched from this repository for this credential,
 //     its bytes the manifest's blob, decompressed to the diff_id, streamed
-//     and discarded, bounded by Options.MaxProofBytes and ProofTimeout
-//     (Result.Proven, Result.ProvenBytes). A runtime shares layers by
+//     and discarded, bounded by Options.MaxProofBytes,
+//     MaxProofUncompressedBytes and ProofTimeout (Result.Proven,
+//     Result.ProvenBytes). A runtime shares layers by
 //     diff_id without fetching or checking a blob, so for content the node
 //     holds from elsewhere only the bytes prove a registry has it.
 //
@@ -56,17 +57,25 @@
 // Error() is for the operator and whose Reason is short, for the pod:
 //
 //   - ErrDenied: 401/403 for this credential (or from the token endpoint),
-//     the manifest or a blob unknown to this repository (404), a config or
-//     a proven layer whose bytes are not its content, or a request the
-//     registry refused as such (400, 413, 414, 431: a pull secret too
-//     large for its headers is a refusal, not an outage);
+//     the manifest or a blob unknown to this repository (404), or a
+//     request the registry refused as such (400, 413, 414, 431: a pull
+//     secret too large for its headers is a refusal, not an outage);
+//   - ErrForged, a kind of ErrDenied (errors.Is matches both): the
+//     config's bytes, or a proven layer's (its blob, or what it
+//     decompresses to), are not the content their digest names. The pod
+//     reads "the registry's bytes are not the image's config" (or layer);
+//     the operator's error names the registry, the repository and both
+//     digests, and a warning is logged whoever called;
 //   - ErrMoved: the reference resolves to another image than ImageID, or
 //     its index has no manifest for the platform;
 //   - ErrUnreachable: network, TLS, timeout, 429, 5xx, other statuses, and
-//     answers that cannot be used: garbage, over a size bound, or not the
-//     content their digest names. A registry that lies about a digest is
+//     answers that cannot be used: garbage, over a size bound, or a
+//     manifest (or a HEAD's Docker-Content-Digest) that is not the content
+//     its digest names. A registry that lies about a manifest's digest is
 //     ErrUnreachable: its answer is not a word the check can take, which is
-//     not the same as a refusal; both fail closed.
+//     not the same as a refusal; both fail closed. A config or a layer is
+//     another matter: the registry must serve its bytes to prove it holds
+//     them, and other bytes are the proof that it does not (ErrForged).
 //
 // An error matching none of them is a Request that is not valid (an image
 // that does not parse, an ImageID that is no digest). No error, log line
@@ -115,8 +124,13 @@
 //
 // Every check is bounded by Options.Timeout (its layer proofs by
 // Options.ProofTimeout); every answer's body by 4 MiB (a proven layer's by
-// Options.MaxProofBytes);
-// an image by 1024 blobs; HEADs in flight by Options.MaxParallel. Manifest
+// Options.MaxProofBytes, and what it decompresses to by
+// Options.MaxProofUncompressedBytes, so that a decompression bomb stops
+// there and not at the timeout; a zstd frame's window, which the decoder
+// allocates whole, by 128 MiB, the zstd command's own limit); an image by
+// 1024 blobs; HEADs in flight by Options.MaxParallel. A proof past a bound
+// fails closed as ErrUnreachable ("a layer is over the proof bound"), not
+// as a forgery: nothing says the bytes are not the content. Manifest
 // bodies verified by digest are kept in memory, parsed, up to
 // Options.ManifestCacheBytes, with the endpoints and repositories that
 // served them: they save fetching an index's platform manifest (or a
@@ -138,8 +152,11 @@
 // bounded: a host earns its own label when it answered a reference as a
 // registry (or the operator vouched a mirror for it), up to 64; others
 // are "other":
-// cri_image_proxy_registry_checks_total{registry,endpoint,result},
-// cri_image_proxy_registry_blob_checks_total{registry,endpoint,result},
-// cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result},
+// cri_image_proxy_registry_checks_total{registry,endpoint,result}
+// (verified, denied, forged, moved, unreachable, invalid),
+// cri_image_proxy_registry_blob_checks_total{registry,endpoint,result}
+// (present, missing, refused, forged, error),
+// cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result}
+// (proven layers; forged, over_bound, failed proofs),
 // cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
 package registry

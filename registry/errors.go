@@ -9,12 +9,15 @@ import (
 	"strings"
 )
 
-// The three answers a check can fail with, matched with errors.Is. Every
-// one fails closed: the caller records nothing.
+// The three answers a check can fail with, matched with errors.Is, and
+// ErrForged, a refusal told apart. Every one fails closed: the caller
+// records nothing.
 var (
 	// ErrDenied: the registry refused this credential for this image in
 	// this repository: 401 or 403 (from the registry or its token
-	// endpoint), or a manifest or blob unknown to the repository (404).
+	// endpoint), a manifest or blob unknown to the repository (404), or
+	// (ErrForged) bytes served for the config or a proven layer that are
+	// not that content.
 	ErrDenied = errors.New("denied by the registry")
 	// ErrMoved: the reference resolves to other content than the image ID
 	// the caller named (the tag moved, or the runtime holds something
@@ -24,17 +27,29 @@ var (
 	// timeout, 429, 5xx, an unexpected status, an answer that is garbage,
 	// oversized, or that does not match its own digest.
 	ErrUnreachable = errors.New("the registry could not be asked")
+	// ErrForged: the registry served, for content the image names by
+	// digest and that it must serve to prove it holds it (the config, a
+	// layer a proof fetches), bytes that are not that content: a registry
+	// naming an image it does not hold (another tenant's image ID or
+	// layers), or one whose storage is corrupt. It is a kind of ErrDenied
+	// (errors.Is matches both): it refuses the pull as any refusal does,
+	// no retry making the bytes the content, and is told apart for the
+	// operator and the metrics, which count it as "forged".
+	ErrForged = fmt.Errorf("%w (forged content)", ErrDenied)
 )
 
 // Error is what Check returns when a check fails. Its Error() is for the
 // operator (the endpoint, the cause, digests); Reason is short, for the pod.
 // Neither ever holds a credential, a token or an Authorization header.
 type Error struct {
-	Kind     error  // ErrDenied, ErrMoved or ErrUnreachable
+	Kind     error  // ErrDenied (or ErrForged), ErrMoved or ErrUnreachable
 	Endpoint string // the endpoint asked, "https://registry-1.docker.io/v2"
 	Reason   string // short: "not found in the repository", "2 of 5 blobs not readable"
 	Detail   string // the operator's detail: statuses, digests, the cause
 	ctxErr   error  // context.Canceled or DeadlineExceeded when that was the cause
+	// overBound: a layer proof stopped at one of its bounds (ErrUnreachable,
+	// as every answer over a size bound), told apart for the proofs metric.
+	overBound bool
 }
 
 func (e *Error) Error() string {
@@ -70,6 +85,23 @@ func (e *Error) Unwrap() []error {
 // failure builds an *Error; the endpoint is filled in by the check.
 func failure(kind error, reason, detailFormat string, args ...any) *Error {
 	return &Error{Kind: kind, Reason: reason, Detail: fmt.Sprintf(detailFormat, args...)}
+}
+
+// forgery is a refusal of bytes that are not the content their digest
+// names (ErrForged).
+func forgery(reason, detailFormat string, args ...any) *Error {
+	return failure(ErrForged, reason, detailFormat, args...)
+}
+
+// overProofBound is a layer proof stopped at one of its bounds: the
+// compressed bytes, the decompressed bytes, a zstd frame's window. Not a
+// forgery (the bytes may well be the content: nothing says they are not),
+// and the pull is refused all the same: ErrUnreachable, as every answer
+// over a size bound.
+func overProofBound(detailFormat string, args ...any) *Error {
+	e := failure(ErrUnreachable, "a layer is over the proof bound", detailFormat, args...)
+	e.overBound = true
+	return e
 }
 
 // transportFailure describes an error of the HTTP client (network, TLS,

@@ -77,13 +77,18 @@ func diffIDsOfConfig(config []byte) ([]digest.Digest, error) {
 	return c.RootFS.DiffIDs, nil
 }
 
-// errForged is an answer whose bytes are not the content asked for.
-var errForged = errors.New("the bytes are not the content asked for")
+// The pod's reasons for a forged answer: short, no digest (the operator's
+// detail has them).
+const (
+	reasonForgedConfig = "the registry's bytes are not the image's config"
+	reasonForgedLayer  = "the registry's bytes are not the image's layer"
+)
 
 // readConfig reads a GET of an image's config and verifies its bytes: a
 // registry proves it holds an image's config only by serving it (a
 // runtime that holds the config already fetches nothing, so a HEAD 200
 // would let a registry that never had it name another tenant's image).
+// Bytes that are not the config are a forgery (ErrForged).
 func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.ContentLength > maxConfigBytes {
@@ -96,8 +101,11 @@ func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, erro
 	case err != nil:
 		return nil, transportFailure(what, err)
 	}
-	if err := verifyDigest(body, d); err != nil {
-		return nil, fmt.Errorf("%w: %v", errForged, err)
+	if err := d.Validate(); err != nil {
+		return nil, failure(ErrUnreachable, "invalid answer", "%s: config digest %.80q: %v", what, d, err)
+	}
+	if got := d.Algorithm().FromBytes(body); got != d {
+		return nil, forgery(reasonForgedConfig, "%s: %d bytes whose digest is %s, not the config %s", what, len(body), got, d)
 	}
 	return body, nil
 }
@@ -149,11 +157,20 @@ func (k *check) proveLayers(ctx context.Context, layers []Layer, want []digest.D
 			k.res.Proven = append(k.res.Proven, l.DiffID)
 		}
 	}
+	regLabel, epLabel := k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep)
 	if err == nil {
-		k.c.metrics.proofs.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep), "proven").Add(float64(len(todo)))
+		k.c.metrics.proofs.WithLabelValues(regLabel, epLabel, proofProven).Add(float64(len(todo)))
 		return nil
 	}
-	k.c.metrics.proofs.WithLabelValues(k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep), "failed").Inc()
+	result := proofFailed
+	var e *Error
+	switch {
+	case errors.Is(err, ErrForged):
+		result = proofForged
+	case errors.As(err, &e) && e.overBound:
+		result = proofOverBound
+	}
+	k.c.metrics.proofs.WithLabelValues(regLabel, epLabel, result).Inc()
 	return err
 }
 
@@ -176,13 +193,18 @@ func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
 		return 0, statusFailure(what, resp)
 	}
 	defer resp.Body.Close()
+	where := fmt.Sprintf("registry %s, repository %s: %s", k.name.registry, k.name.repository, what)
 	if resp.ContentLength > k.c.maxProofBytes {
-		return 0, failure(ErrUnreachable, "a layer is over the proof bound", "%s: %d bytes, over the %d byte bound", what, resp.ContentLength, k.c.maxProofBytes)
+		return 0, overProofBound("%s: %d bytes, over the %d byte bound of registryCheck.maxProofBytes", where, resp.ContentLength, k.c.maxProofBytes)
 	}
 	blob := l.Blob.Digest.Algorithm().Digester()
 	counted := &countingReader{r: io.TeeReader(resp.Body, blob.Hash())}
 	diff := l.DiffID.Algorithm().Digester()
-	err = decompress(counted, diff.Hash())
+	// The decompressed side has its own bound: a small blob may inflate to
+	// terabytes, which the compressed bound does not stop and the proof's
+	// timeout stops only after minutes of CPU.
+	inflated := &boundedWriter{w: diff.Hash(), left: k.c.maxUncompressed}
+	err = decompress(counted, inflated)
 	// Read what the decompressor left (padding, a trailer it did not need),
 	// so that the blob's digest covers the whole answer.
 	if err == nil {
@@ -190,19 +212,25 @@ func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
 	}
 	switch {
 	case errors.Is(counted.err, errBodyTooLarge):
-		return counted.n, failure(ErrUnreachable, "a layer is over the proof bound", "%s: over the %d byte bound", what, k.c.maxProofBytes)
+		return counted.n, overProofBound("%s: over the %d byte bound of registryCheck.maxProofBytes", where, k.c.maxProofBytes)
 	case ctx.Err() != nil:
 		return counted.n, transportFailure(what, ctx.Err())
 	case counted.err != nil:
 		// The answer could not be read to its end: the connection, not the
 		// bytes, failed.
 		return counted.n, transportFailure(what, counted.err)
+	case errors.Is(err, errInflatedTooLarge):
+		return counted.n, overProofBound("%s: decompresses past the %d byte bound of registryCheck.maxProofUncompressedBytes (stopped after %d compressed bytes)", where, k.c.maxUncompressed, counted.n)
+	case errors.Is(err, zstd.ErrWindowSizeExceeded), errors.Is(err, zstd.ErrDecoderSizeExceeded):
+		return counted.n, overProofBound("%s: a zstd frame asks for a window over %d bytes, which the zstd command does not decompress either without --memory (windowLog 27)", where, maxZstdWindow)
 	case err != nil:
-		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: %v", what, err)
+		// The bytes do not decompress as their media type says: no layer
+		// the runtime could unpack, so not the diff_id the config names.
+		return counted.n, forgery(reasonForgedLayer, "%s: the bytes do not decompress as %s: %v", where, l.Blob.MediaType, err)
 	case blob.Digest() != l.Blob.Digest:
-		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: the bytes are %s", what, blob.Digest())
+		return counted.n, forgery(reasonForgedLayer, "%s: %d bytes whose digest is %s, not the blob %s", where, counted.n, blob.Digest(), l.Blob.Digest)
 	case diff.Digest() != l.DiffID:
-		return counted.n, failure(ErrDenied, "a layer's bytes are not its content", "%s: they decompress to %s, not the config's %s", what, diff.Digest(), l.DiffID)
+		return counted.n, forgery(reasonForgedLayer, "%s: the blob decompresses to %s, not the config's diff_id %s", where, diff.Digest(), l.DiffID)
 	}
 	return counted.n, nil
 }
@@ -226,7 +254,13 @@ func decompressorFor(mediaType string) (func(io.Reader, io.Writer) error, bool) 
 		}, true
 	case strings.HasSuffix(mediaType, "+zstd"):
 		return func(r io.Reader, w io.Writer) error {
-			zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+			// A frame names its window, and the decoder allocates it whole
+			// at the frame's first block (klauspost's default accepts up to
+			// 512 MiB; lowmem does not bound it): the window, and the memory
+			// a single-segment frame's declared size makes the decoder
+			// take, are bounded as the zstd command bounds them.
+			zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+				zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderMaxMemory(maxZstdWindow))
 			if err != nil {
 				return err
 			}
@@ -241,6 +275,39 @@ func decompressorFor(mediaType string) (func(io.Reader, io.Writer) error, bool) 
 		}, true
 	}
 	return nil, false
+}
+
+// maxZstdWindow bounds the window a zstd frame of a proven layer may ask
+// for, which the decoder allocates: 128 MiB, windowLog 27, the zstd
+// command's default limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT), which covers
+// every level it compresses at, --ultra -22 and --long included. A layer
+// with a larger window is one the reference tool will not decompress
+// without --memory; each proof in flight holds at most this much (and two
+// blocks) for its window.
+const maxZstdWindow = 1 << 27
+
+// errInflatedTooLarge is a layer decompressing past its bound.
+var errInflatedTooLarge = errors.New("decompressed past the proof bound")
+
+// boundedWriter passes on at most left bytes, then fails every write
+// with errInflatedTooLarge, which stops the decompressor writing to it.
+type boundedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		n, err := b.w.Write(p[:b.left])
+		b.left -= int64(n)
+		if err == nil {
+			err = errInflatedTooLarge
+		}
+		return n, err
+	}
+	n, err := b.w.Write(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // countingReader counts what it reads and keeps the first error of the

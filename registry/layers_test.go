@@ -151,12 +151,12 @@ func TestNoDigestIsAKey(t *testing.T) {
 			wantErr: ErrDenied,
 		},
 		{
-			name: "other bytes served under A's config digest are refused as not its content",
+			name: "other bytes served under A's config digest are refused as a forged config",
 			serve: func(lr lyingRegistry) string {
 				lr.Put("b/app", "blobs", aConfigDesc.Digest.String(), ocispec.MediaTypeImageConfig, []byte(`{"rootfs":{"diff_ids":[]}}`))
 				return lr.manifest(t, "b/app", "v4", aManifest)
 			},
-			wantErr: ErrDenied, wantReason: "blobs not readable",
+			wantErr: ErrForged, wantReason: reasonForgedConfig,
 		},
 		{
 			name: "a config of B's own listing A's diff_ids, with made-up layer blobs, is refused when those layers must be proven",
@@ -189,7 +189,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 				return lr.manifest(t, "b/app", "v7", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{bOwn.desc, bOwn.desc}})
 			},
 			prove:   chooseAll,
-			wantErr: ErrDenied, wantReason: "not its content",
+			wantErr: ErrForged, wantReason: reasonForgedLayer,
 		},
 		{
 			name: "a legitimate copy (B's registry holds A's blobs) is proven by its bytes",

@@ -27,9 +27,10 @@ func RegistryCredential(a *runtimeapi.AuthConfig) registry.Credential {
 
 // RegistryRefusal is a registry check that failed, as the client sees it:
 // the image as the pod named it and the registry's short reason, nothing
-// of another tenant's; a refusal is PermissionDenied, a registry that
-// cannot be asked Unavailable, an answer that is not the image Aborted
-// (retry).
+// of another tenant's (no digest: the operator's log has them); a refusal
+// is PermissionDenied, a forged answer (bytes that are not the content
+// their digest names) too, a registry that cannot be asked Unavailable,
+// an answer that is not the image Aborted (retry).
 func RegistryRefusal(image string, err error) error {
 	var rerr *registry.Error
 	reason := "the registry check could not be made"
@@ -38,6 +39,10 @@ func RegistryRefusal(image string, err error) error {
 	}
 	var code error
 	switch {
+	case errors.Is(err, registry.ErrForged):
+		// A refusal of this pull, whatever else the error says: a retry
+		// fetches the same bytes.
+		code = errdefs.ErrPermissionDenied
 	case errors.Is(err, registry.ErrDenied):
 		code = errdefs.ErrPermissionDenied
 	case errors.Is(err, registry.ErrMoved):
