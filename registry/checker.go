@@ -70,6 +70,7 @@ type Options struct {
 // concurrent use; Reload may run alongside checks.
 type Checker struct {
 	hostDir          func(string) (string, error)
+	hostRoots        []string // HostsDir, split
 	timeout          time.Duration
 	maxParallel      int
 	proofTimeout     time.Duration
@@ -117,7 +118,8 @@ func New(opts Options) (*Checker, error) {
 	if dirs == "" {
 		dirs = DefaultHostsDir
 	}
-	c.hostDir = hostDirFromRoots(filepath.SplitList(dirs))
+	c.hostRoots = filepath.SplitList(dirs)
+	c.hostDir = hostDirFromRoots(c.hostRoots)
 	cacheBytes := opts.ManifestCacheBytes
 	if cacheBytes == 0 {
 		cacheBytes = 8 << 20
