@@ -184,6 +184,23 @@ type RegistryCheck struct {
 	// never a mirror listed there. Default:
 	// /etc/containerd/certs.d:/etc/docker/certs.d.
 	HostsDir string `json:"hostsDir,omitempty"`
+	// RegistriesConf, on a CRI-O node, is the runtime's
+	// containers-registries.conf (CRI-O's is
+	// /etc/containers/registries.conf): the check reads it and the *.conf
+	// drop-ins of the directory of the same name and ".d", instead of
+	// HostsDir, as containers/image does: never a [[registry.mirror]],
+	// insecure registries over plain HTTP too, blocked ones refused. Empty
+	// (the default): the runtime is containerd, and HostsDir is read. The
+	// files' content is read again at the next check after it changed
+	// (and at a reload, which refuses a file that does not parse); the
+	// path needs a restart.
+	RegistriesConf string `json:"registriesConf,omitempty"`
+	// CertsDir, with RegistriesConf, are containers' certs.d directories
+	// (colon-separated, the first that has a <host[:port]> directory
+	// wins): a registry's CA (*.crt) and client certificate (*.cert and
+	// *.key), as containers/image reads them. Default, with
+	// RegistriesConf: /etc/containers/certs.d:/etc/docker/certs.d.
+	CertsDir string `json:"certsDir,omitempty"`
 	// Timeout bounds each question a check asks a registry (the image
 	// reference's resolution, a round of blob requests); past it the
 	// registry is unreachable, and the pull refused. Default: 10s.
@@ -363,6 +380,9 @@ func (c *ProxyConfiguration) SetDefaults() {
 	}
 	if r.HostsDir == "" {
 		r.HostsDir = registry.DefaultHostsDir
+	}
+	if r.RegistriesConf != "" && r.CertsDir == "" {
+		r.CertsDir = registry.DefaultCertsDir
 	}
 	if r.Timeout.Duration == 0 {
 		r.Timeout.Duration = registry.DefaultTimeout
@@ -611,6 +631,20 @@ func validateRegistryCheck(c *ProxyConfiguration) field.ErrorList {
 		}
 	}
 	p := field.NewPath("registryCheck")
+	if rc := r.RegistriesConf; rc != "" && !filepath.IsAbs(rc) {
+		errs = append(errs, field.Invalid(p.Child("registriesConf"), rc, "must be an absolute path"))
+	}
+	if r.CertsDir != "" {
+		if r.RegistriesConf == "" {
+			errs = append(errs, field.Invalid(p.Child("certsDir"), r.CertsDir, "is read only with registriesConf (a CRI-O node); containerd's TLS settings are in hostsDir"))
+		}
+		for _, d := range filepath.SplitList(r.CertsDir) {
+			if !filepath.IsAbs(d) {
+				errs = append(errs, field.Invalid(p.Child("certsDir"), r.CertsDir, "must be absolute paths, separated by colons"))
+				break
+			}
+		}
+	}
 	for _, d := range []struct {
 		name string
 		d    time.Duration

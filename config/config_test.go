@@ -151,6 +151,15 @@ func TestValidate(t *testing.T) {
 		{"a relative registry hosts directory names the field", func(c *ProxyConfiguration) {
 			c.RegistryCheck.HostsDir = "/etc/containerd/certs.d:certs.d"
 		}, []string{"registryCheck.hostsDir", "absolute"}},
+		{"a relative registries.conf path names the field", func(c *ProxyConfiguration) {
+			c.RegistryCheck.RegistriesConf = "registries.conf"
+		}, []string{"registryCheck.registriesConf", "absolute"}},
+		{"a certs.d directory without registries.conf is refused: containerd's TLS settings are in hostsDir", func(c *ProxyConfiguration) {
+			c.RegistryCheck.CertsDir = "/etc/containers/certs.d"
+		}, []string{"registryCheck.certsDir", "only with registriesConf"}},
+		{"a relative certs.d directory names the field", func(c *ProxyConfiguration) {
+			c.RegistryCheck.RegistriesConf, c.RegistryCheck.CertsDir = "/etc/containers/registries.conf", "/etc/containers/certs.d:certs.d"
+		}, []string{"registryCheck.certsDir", "absolute"}},
 		{"negative registry check bounds name their fields", func(c *ProxyConfiguration) {
 			c.RegistryCheck.Timeout.Duration = -1
 			c.RegistryCheck.ProofTimeout.Duration = -1

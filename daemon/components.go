@@ -77,6 +77,8 @@ func newImagePolicy(ip *config.ImagePolicy, log *slog.Logger, reg prometheus.Reg
 func newRegistryCheck(rc config.RegistryCheck, log *slog.Logger, reg prometheus.Registerer) (*registry.Checker, error) {
 	checker, err := registry.New(registry.Options{
 		HostsDir:                  rc.HostsDir,
+		RegistriesConf:            rc.RegistriesConf,
+		CertsDir:                  rc.CertsDir,
 		Vouched:                   rc.Vouched(),
 		Timeout:                   rc.Timeout.Duration,
 		ProofTimeout:              rc.ProofTimeout.Duration,
@@ -89,8 +91,13 @@ func newRegistryCheck(rc config.RegistryCheck, log *slog.Logger, reg prometheus.
 	if err != nil {
 		return nil, fmt.Errorf("registryCheck: %w", err)
 	}
-	log.Info("registry check on", "hostsDir", rc.HostsDir, "vouchedMirrors", len(rc.VouchedMirrors), "timeout", rc.Timeout.Duration,
-		"proofTimeout", rc.ProofTimeout.Duration, "maxProofBytes", rc.MaxProofBytes.String(), "maxProofUncompressedBytes", rc.MaxProofUncompressedBytes.String(), "maxProofParallel", rc.MaxProofParallel)
+	source := []any{"hostsDir", rc.HostsDir}
+	if rc.RegistriesConf != "" {
+		source = []any{"registriesConf", rc.RegistriesConf, "certsDir", rc.CertsDir}
+	}
+	log.Info("registry check on", append(source, "vouchedMirrors", len(rc.VouchedMirrors), "timeout", rc.Timeout.Duration,
+		"proofTimeout", rc.ProofTimeout.Duration, "maxProofBytes", rc.MaxProofBytes.String(),
+		"maxProofUncompressedBytes", rc.MaxProofUncompressedBytes.String(), "maxProofParallel", rc.MaxProofParallel)...)
 	return checker, nil
 }
 

@@ -172,9 +172,16 @@ func (r *reloader) reload() error {
 	if r.policy != nil && imagePolicy == nil {
 		return errors.New("imagePolicy: the section is gone: only a restart turns the image policy off")
 	}
+	// The registry check's vouched mirrors, and the node's registries.conf
+	// read again (a file that does not parse refuses the reload: the
+	// checks keep the one read before).
+	var registryReload *registry.Reloading
 	if r.registry != nil {
 		if err := registry.ValidateVouched(cfg.RegistryCheck.Vouched()); err != nil {
 			return fmt.Errorf("registryCheck.vouchedMirrors: %w", err)
+		}
+		if registryReload, err = r.registry.PrepareReload(cfg.RegistryCheck.Vouched()); err != nil {
+			return fmt.Errorf("registryCheck.registriesConf: %w", err)
 		}
 	}
 	// Only the injector's swap can fail from here (a provider it cannot
@@ -194,10 +201,8 @@ func (r *reloader) reload() error {
 		attrs = append(attrs, "imagePolicyHash", imagePolicy.Hash, "imagePolicyProviders", len(imagePolicy.Providers))
 	}
 	if r.registry != nil {
-		// Validated above, before anything was swapped.
-		if err := r.registry.Reload(cfg.RegistryCheck.Vouched()); err != nil {
-			return err
-		}
+		// Read and validated above, before anything was swapped.
+		r.registry.ApplyReload(registryReload)
 		attrs = append(attrs, "vouchedMirrors", len(cfg.RegistryCheck.VouchedMirrors))
 	}
 	if r.guard != nil {
@@ -218,8 +223,9 @@ func (r *reloader) reload() error {
 // a reload applies: the credential provider and image policy
 // configurations and plugins' directories, the ensure policy, its
 // allowlist and the record expiry, and the registry check's vouched-for
-// mirrors. The registry check's hosts directory and bounds need a
-// restart: checks in flight hold them. The deprecated fields are left
+// mirrors. The registry check's hosts directory, registries.conf and
+// certs.d paths and bounds need a restart: checks in flight hold them
+// (what the files hold is read again without one). The deprecated fields are left
 // out: the registry check's section holds their values.
 func restartOnly(old, next *config.ProxyConfiguration) []string {
 	strip := func(c *config.ProxyConfiguration) map[string]any {

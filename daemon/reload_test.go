@@ -56,6 +56,9 @@ func TestRestartOnly(t *testing.T) {
 			c.RegistryCheck.VouchedMirrors = []config.VouchedMirror{{Registry: "docker.io", Endpoint: "https://mirror.example"}}
 		}, ""},
 		{"the registry hosts directory needs a restart", func(c *config.ProxyConfiguration) { c.RegistryCheck.HostsDir = "/etc/other/certs.d" }, "registryCheck"},
+		{"the registries.conf path needs a restart", func(c *config.ProxyConfiguration) {
+			c.RegistryCheck.RegistriesConf = "/etc/containers/registries.conf"
+		}, "registryCheck"},
 		{"the registry check's bounds need a restart", func(c *config.ProxyConfiguration) { c.RegistryCheck.ProofTimeout.Duration = time.Hour }, "registryCheck"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,6 +267,50 @@ func TestAReloadWithAnInvalidVouchedMirrorListSwapsNothing(t *testing.T) {
 	}
 	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
 		t.Errorf("a refused reload swapped the image policy in")
+	}
+}
+
+// TestAReloadWithABrokenRegistriesConfSwapsNothing: the node's
+// registries.conf, read again at a reload, refuses it when it does not
+// parse, naming the file, before the image policy is swapped in; the
+// registry check keeps the file read before.
+func TestAReloadWithABrokenRegistriesConfSwapsNothing(t *testing.T) {
+	t.Parallel()
+	bin, file, write := imagePolicyFiles(t)
+	write("secure")
+	regconf := filepath.Join(t.TempDir(), "registries.conf")
+	if err := os.WriteFile(regconf, []byte("[[registry]]\nlocation = \"registry.test\"\nblocked = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cur := config.Default()
+	cur.ImagePolicy = &config.ImagePolicy{Config: file, BinDir: bin}
+	cur.RegistryCheck.RegistriesConf = regconf
+	cur.SetDefaults()
+	engine, err := newImagePolicy(cur.ImagePolicy, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker, err := newRegistryCheck(cur.RegistryCheck, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func() (*config.ProxyConfiguration, error) { next := *cur; return &next, nil }
+	r, err := newReloader(load, cur, reloadTargets{registry: checker, policy: engine}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("payments")
+	if err := os.WriteFile(regconf, []byte("[[registry]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload("test"); err == nil || !strings.Contains(err.Error(), "registryCheck.registriesConf") || !strings.Contains(err.Error(), regconf) {
+		t.Fatalf("got %v, want the reload refused naming %s", err, regconf)
+	}
+	if !engine.Applies("secure", "registry.test/app") || engine.Applies("payments", "registry.test/app") {
+		t.Errorf("a refused reload swapped the image policy in")
+	}
+	if _, err := checker.Check(context.Background(), registry.Request{Image: "registry.test/app:v1"}); !errors.Is(err, registry.ErrDenied) {
+		t.Errorf("the registry check lost the file read before (registry.test blocked): got %v", err)
 	}
 }
 

@@ -47,7 +47,17 @@ func DefaultMaxProofUncompressed(maxProofBytes int64) int64 {
 type Options struct {
 	// HostsDir is containerd's config_path: the certs.d directories, ':'
 	// separated, where <host>/hosts.toml is read. "" is DefaultHostsDir.
+	// Not read with RegistriesConf.
 	HostsDir string
+	// RegistriesConf, when set, is CRI-O's containers-registries.conf: the
+	// check reads it and the *.conf files of RegistriesConf+".d" instead of
+	// hosts.toml files (DefaultRegistriesConf is where CRI-O has it). A
+	// missing file is an empty configuration, as for CRI-O.
+	RegistriesConf string
+	// CertsDir are the containers-certs.d directories, ':' separated,
+	// where <host[:port]>/ holds a registry's TLS files, read with
+	// RegistriesConf. "" is DefaultCertsDir.
+	CertsDir string
 	// Vouched names mirrors the operator vouches for; see VouchedMirror.
 	Vouched []VouchedMirror
 	// Timeout bounds each question a check asks a registry (the
@@ -86,6 +96,7 @@ type Options struct {
 // concurrent use; Reload may run alongside checks.
 type Checker struct {
 	hostDir          func(string) (string, error)
+	hostRoots        []string // HostsDir, split
 	timeout          time.Duration
 	maxParallel      int
 	proofTimeout     time.Duration
@@ -95,6 +106,10 @@ type Checker struct {
 	log              *slog.Logger
 	metrics          *metrics
 	labels           *labelSet
+
+	// regconf is CRI-O's registries.conf (Options.RegistriesConf); nil:
+	// containerd's hosts.toml files (hostDir, hosts).
+	regconf *regconf
 
 	vouched       atomic.Pointer[map[string]vouchedURL]
 	vouchedClient *http.Client
@@ -134,7 +149,8 @@ func New(opts Options) (*Checker, error) {
 	if dirs == "" {
 		dirs = DefaultHostsDir
 	}
-	c.hostDir = hostDirFromRoots(filepath.SplitList(dirs))
+	c.hostRoots = filepath.SplitList(dirs)
+	c.hostDir = hostDirFromRoots(c.hostRoots)
 	cacheBytes := opts.ManifestCacheBytes
 	if cacheBytes == 0 {
 		cacheBytes = 8 << 20
@@ -142,6 +158,13 @@ func New(opts Options) (*Checker, error) {
 	c.manifests = newManifestCache(max(cacheBytes, 0))
 	c.vouchedClient = newVouchedClient(c)
 	c.labels = newLabelSet(maxLabelledHosts)
+	if opts.RegistriesConf != "" {
+		rc, err := newRegconf(opts.RegistriesConf, opts.CertsDir, c.log, func(t *http.Transport) { t.MaxIdleConnsPerHost = c.maxParallel + 1 })
+		if err != nil {
+			return nil, err
+		}
+		c.regconf = rc
+	}
 	if err := c.Reload(opts.Vouched); err != nil {
 		return nil, err
 	}
@@ -159,21 +182,57 @@ func ValidateVouched(vouched []VouchedMirror) error {
 	return err
 }
 
-// Reload validates vouched and, when it is valid, makes it the vouched
-// mirrors of the checks that start from now on (atomically), and has the
-// next check of every registry read its hosts configuration afresh. On an
-// error nothing changes.
+// Reload validates vouched and reads the node's registries.conf again
+// (with Options.RegistriesConf) and, when both are valid, makes them the
+// vouched mirrors and registries of the checks that start from now on
+// (atomically), and has the next check of every registry read its hosts
+// configuration and TLS files afresh. On an error nothing changes.
 func (c *Checker) Reload(vouched []VouchedMirror) error {
-	v, err := parseVouched(vouched)
+	p, err := c.PrepareReload(vouched)
 	if err != nil {
 		return err
 	}
-	c.vouched.Store(&v)
-	hosts := make([]string, 0, len(v))
-	for r := range v {
+	c.ApplyReload(p)
+	return nil
+}
+
+// Reloading is a configuration PrepareReload read and validated, for
+// ApplyReload: a caller that swaps several components checks every one
+// before it changes any.
+type Reloading struct {
+	vouched map[string]vouchedURL
+	regconf *registriesConf
+}
+
+// PrepareReload is Reload's reading and validation, with no change: an
+// error names what is wrong (a vouched mirror, or the registries.conf
+// file and what it holds).
+func (c *Checker) PrepareReload(vouched []VouchedMirror) (*Reloading, error) {
+	v, err := parseVouched(vouched)
+	if err != nil {
+		return nil, err
+	}
+	p := &Reloading{vouched: v}
+	if c.regconf != nil {
+		if p.regconf, err = loadRegistriesConf(c.regconf.path); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// ApplyReload makes p the configuration of the checks that start from now
+// on.
+func (c *Checker) ApplyReload(p *Reloading) {
+	c.vouched.Store(&p.vouched)
+	hosts := make([]string, 0, len(p.vouched))
+	for r := range p.vouched {
 		hosts = append(hosts, r)
 	}
 	c.labels.setFixed(hosts)
+	if c.regconf != nil {
+		c.regconf.reset(p.regconf)
+	}
 	c.hosts.mu.Lock()
 	old := c.hosts.m
 	c.hosts.m = nil
@@ -183,7 +242,6 @@ func (c *Checker) Reload(vouched []VouchedMirror) error {
 			h.Client.CloseIdleConnections()
 		}
 	}
-	return nil
 }
 
 // Check asks the image's registry (or the mirror vouched for it) whether
@@ -251,13 +309,26 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		}
 	}()
 
-	ectx, cancel := context.WithTimeout(ctx, c.timeout)
-	ep, err := c.endpointFor(ectx, name.registry)
-	cancel()
+	var ep *endpoint
+	if c.regconf != nil {
+		ep, err = c.regconfEndpoint(name)
+	} else {
+		ectx, cancel := context.WithTimeout(ctx, c.timeout)
+		ep, err = c.endpointFor(ectx, name.registry)
+		cancel()
+	}
+	if e := (*Error)(nil); errors.As(err, &e) {
+		return res, e // the configuration's own answer: a blocked registry
+	}
 	if err != nil {
 		return res, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
 	}
 	res.Endpoint, res.Vouched = ep.String(), ep.vouched
+	if ep.repository != "" {
+		// A registries.conf location on the registry's host moves the
+		// repository: the check asks for it where the runtime pulls it.
+		chk.name.repository = ep.repository
+	}
 	chk.start(ctx, ep)
 	if r.Pulled != nil && r.Blobs {
 		return res, chk.runBeside(ctx, platform, r)

@@ -1,8 +1,9 @@
 // Package registry asks an image's own registry whether a credential can
 // read an image in a repository, content-aware: the registry's word, not
 // the runtime's. A pull that succeeded proves nothing when a mirror in
-// containerd's hosts.toml answered it, or when the runtime fetched nothing
-// because the content was already on the node.
+// containerd's hosts.toml (or CRI-O's registries.conf) answered it, or
+// when the runtime fetched nothing because the content was already on the
+// node.
 //
 // # The contract
 //
@@ -96,6 +97,40 @@
 // Requests carry containerd's "ns" query argument where containerd adds
 // it, and its Accept header. The HTTP proxy is the process environment's
 // (HTTPS_PROXY), as it is containerd's.
+//
+// On a CRI-O node (Options.RegistriesConf) the registry's server is read
+// from the runtime's containers-registries.conf instead, and the *.conf
+// drop-ins of the directory beside it named with ".d", as containers/image
+// reads them for CRI-O (a drop-in's [[registry]] replaces the one of the
+// same prefix; a file containers/image refuses is refused, the error
+// naming the file and what is wrong). An image takes the entry of its
+// longest matching prefix ("*.example.com": any host under the domain;
+// ties go to the first in prefix order, as containers/image has it):
+//
+//   - a [[registry.mirror]] is never asked, unless vouched;
+//   - blocked = true: the check refuses, ErrDenied, "blocked by the
+//     node's registries.conf", with no request;
+//   - insecure = true: https without verifying the certificate, then
+//     plain http, as containers/image tries them;
+//   - a location on the registry's host (another namespace) is asked, for
+//     the repository it rewrites the image's to;
+//   - a location on another host is not the registry's word: CRI-O's
+//     containers/image sends a pull's credential only to the host the
+//     image names (it drops it for another host, mirror or location), so
+//     that host answers the node's own credential, or anyone; the check
+//     skips it as a mirror and asks the image's own host, over https,
+//     unless the operator vouched for it (then the entry that names the
+//     vouched host gives its insecure and its rewrite of the repository);
+//   - namespace-proxy adds its "ns" argument; containers/image adds no
+//     other, and neither does the check.
+//
+// TLS files come from containers' certs.d (Options.CertsDir): the first
+// root with a <host[:port]> directory; its *.crt are CAs beside the
+// system's, each *.cert with its *.key a client certificate. A check reads
+// the files again when they changed; files that no longer parse are
+// logged once and the ones read before kept, as CRI-O keeps its registries
+// when a reload fails; Reload (PrepareReload) refuses them. Describe
+// reports what the check reads, for the doctor.
 //
 // # Authentication
 //

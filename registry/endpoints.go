@@ -51,6 +51,14 @@ type endpoint struct {
 	registry string
 	host     docker.RegistryHost
 	vouched  bool
+	// crio: the endpoint comes from registries.conf, whose runtime adds
+	// an "ns" query argument only where an entry's namespace-proxy says
+	// so (ns).
+	crio bool
+	ns   string
+	// repository is the image's repository at this endpoint when a
+	// registries.conf location rewrites it ("" for the image's own).
+	repository string
 }
 
 func (e *endpoint) String() string { return e.host.Scheme + "://" + e.host.Host + e.host.Path }
@@ -62,6 +70,9 @@ func (e *endpoint) label() string { return e.host.Scheme + "://" + e.host.Host }
 // is not the registry the image names (a mirror, or a server elsewhere), so
 // that the requests are the runtime's own.
 func (e *endpoint) namespace() string {
+	if e.crio {
+		return e.ns
+	}
 	if e.host.Host == e.registry || (e.registry == "docker.io" && e.host.Host == "registry-1.docker.io") {
 		return ""
 	}

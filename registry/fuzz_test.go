@@ -2,6 +2,9 @@ package registry
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/remotes/docker/auth"
@@ -64,4 +67,60 @@ func FuzzChallengeRoundTrip(f *testing.F) {
 			t.Fatalf("%+v written as %q reads back as %+v (%v)", c, c.header(), got, ok)
 		}
 	})
+}
+
+// FuzzParseRegistriesConf feeds files to the registries.conf parser: it
+// must never panic, what it accepts must hold what the check relies on,
+// and matching and rewriting any reference under it must not panic.
+func FuzzParseRegistriesConf(f *testing.F) {
+	for _, p := range append([]string{"testdata/registries.conf", "testdata/registries.conf.d/10-override.conf"}, mustGlob(f, "testdata/malformed/*.conf")...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, "registry.example/team/app")
+	}
+	f.Add([]byte("[[registry]]\nprefix = \"*.x\"\n[[registry]]\nprefix = \"a/b\"\nlocation = \"c\"\n"), "a/b/c")
+	f.Fuzz(func(t *testing.T, b []byte, ref string) {
+		regs, err := parseRegistriesConf(b)
+		if err != nil {
+			return
+		}
+		rc := &registriesConf{registries: regs}
+		for _, r := range regs {
+			wild := strings.HasPrefix(r.Prefix, "*.")
+			switch {
+			case strings.HasSuffix(r.Prefix, "/"):
+				t.Fatalf("accepted prefix %q", r.Prefix) // containers/image trims the slashes
+			case wild && strings.ContainsAny(r.Prefix, "/@:"):
+				t.Fatalf("accepted wildcard %q", r.Prefix)
+			case !wild && r.Location == "":
+				t.Fatalf("accepted %q with no location", r.Prefix)
+			case strings.HasPrefix(r.Location, "http://") || strings.HasPrefix(r.Location, "https://"):
+				t.Fatalf("accepted location %q", r.Location)
+			}
+			for _, m := range r.Mirrors {
+				if m.Location == "" {
+					t.Fatalf("accepted a mirror of %q with no location", r.Prefix)
+				}
+			}
+		}
+		if r := rc.find(ref); r != nil {
+			if prefixMatch(ref, r.Prefix) == -1 {
+				t.Fatalf("%q found %q, which does not match it", ref, r.Prefix)
+			}
+			if d, p, err := r.rewrite(ref, r.confEndpoint); err == nil && (d == "" || p == "") {
+				t.Fatalf("%q rewritten under %q to %q %q", ref, r.Prefix, d, p)
+			}
+			planFor(r, locationHost(ref), ref)
+		}
+	})
+}
+
+func mustGlob(f *testing.F, pattern string) []string {
+	m, err := filepath.Glob(pattern)
+	if err != nil || len(m) == 0 {
+		f.Fatalf("%s: %v (%d files)", pattern, err, len(m))
+	}
+	return m
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/kubeletprobe"
+	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // staleKubelet is how long the kubelet may go without a call before the
@@ -33,15 +35,24 @@ containerRuntimeEndpoint in the KubeletConfiguration, the flag --container-runti
 is deprecated), compare them with the proxy's socket, and read from the proxy's metrics
 when the kubelet last called. Exits non-zero when the kubelet bypasses the proxy.
 
+First it says which registry configuration the registry check reads (containerd's
+hosts.toml directories, or CRI-O's registries.conf with --registries-conf) and what
+it makes of each registry there: the endpoint it asks, the mirrors it never asks,
+insecure and blocked ones. A file it cannot read is a problem.
+
 Takes the proxy's --config and serve flags, to know its socket and monitoring address.`,
 		func(cmd *cobra.Command) {
 			cmd.Flags().IntVar(&pid, "kubelet-pid", 0, "the kubelet's process ID (default: the oldest process named kubelet)")
 			cmd.Flags().StringVar(&proc, "proc", "/proc", "the proc file system")
 		},
 		func(cmd *cobra.Command, cfg *config.ProxyConfiguration) error {
+			registryProblems := doctorRegistryCheck(cmd.Context(), cmd.OutOrStdout(), cfg)
 			problems := doctor(cmd.Context(), cmd.OutOrStdout(), cfg, proc, pid, time.Now())
-			if problems > 0 {
-				return fmt.Errorf("%d problem(s): the kubelet does not go through the proxy", problems)
+			switch {
+			case problems > 0:
+				return fmt.Errorf("%d problem(s): the kubelet does not go through the proxy", problems+registryProblems)
+			case registryProblems > 0:
+				return fmt.Errorf("%d problem(s) in the registry configuration the registry check reads", registryProblems)
 			}
 			return nil
 		})
@@ -148,4 +159,40 @@ func lastKubeletCall(ctx context.Context, address string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, nil
+}
+
+// doctorRegistryCheck prints the registry configuration the registry check
+// reads, as the daemon reads it, and returns the number of problems: a
+// configuration that does not load, a registry whose checks would fail
+// before they ask (its TLS files).
+func doctorRegistryCheck(ctx context.Context, out io.Writer, cfg *config.ProxyConfiguration) (problems int) {
+	rc := cfg.RegistryCheck
+	c, err := registry.New(registry.Options{HostsDir: rc.HostsDir, RegistriesConf: rc.RegistriesConf, CertsDir: rc.CertsDir, Vouched: rc.Vouched()})
+	if err != nil {
+		fmt.Fprintf(out, "FAIL  registry check: %v\n", err)
+		return 1
+	}
+	rep := c.Describe(ctx)
+	switch rep.Runtime {
+	case "CRI-O":
+		read := "none of its files exists: no registry configured"
+		if len(rep.Read) > 0 {
+			read = strings.Join(rep.Read, ", ")
+		}
+		fmt.Fprintf(out, "ok    registry check: reads CRI-O's registries.conf (%s): %s; TLS files from %s\n", rc.RegistriesConf, read, strings.Join(rep.CertsDir, ":"))
+	default:
+		fmt.Fprintf(out, "ok    registry check: reads containerd's hosts.toml under %s\n", strings.Join(rep.Read, ":"))
+	}
+	if len(rep.Registries) == 0 {
+		fmt.Fprintln(out, "      every registry is asked at its own host over https")
+	}
+	for _, r := range rep.Registries {
+		mark := "      "
+		if r.Problem != "" {
+			mark = "FAIL  "
+			problems++
+		}
+		fmt.Fprintf(out, "%s%s\n", mark, r)
+	}
+	return problems
 }

@@ -72,3 +72,61 @@ func TestDoctor(t *testing.T) {
 		})
 	}
 }
+
+func TestDoctorRegistryCheck(t *testing.T) {
+	t.Parallel()
+	regconf, err := filepath.Abs(filepath.Join("..", "..", "registry", "testdata", "registries.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostsDir := t.TempDir()
+	os.MkdirAll(filepath.Join(hostsDir, "registry.example"), 0o755)
+	os.WriteFile(filepath.Join(hostsDir, "registry.example", "hosts.toml"), []byte("server = \"https://registry.example:8443\"\n\n[host.\"https://mirror.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n"), 0o644)
+	badCerts := t.TempDir()
+	os.MkdirAll(filepath.Join(badCerts, "registry.example"), 0o755)
+	os.WriteFile(filepath.Join(badCerts, "registry.example", "client.cert"), []byte("x"), 0o644)
+	for _, tc := range []struct {
+		name      string
+		set       func(*config.RegistryCheck)
+		problems  int
+		wantLines []string
+	}{
+		{"on a CRI-O node it names registries.conf and what the check makes of each registry", func(r *config.RegistryCheck) {
+			r.RegistriesConf, r.CertsDir = regconf, t.TempDir()
+		}, 0, []string{
+			"ok    registry check: reads CRI-O's registries.conf (" + regconf + "): " + regconf + ", ",
+			"registry.example (" + filepath.Join(filepath.Dir(regconf), "registries.conf.d", "10-override.conf") + "): asks https://registry.example/v2; never asked: cache.example",
+			"blocked.example (" + regconf + "): blocked: checks are refused",
+			"insecure.example:5000 (" + regconf + "): asks https://insecure.example:5000/v2, its certificate not verified, then plain http",
+			"public.example (" + regconf + "): asks https://public.example/v2; never asked: internal.example/public (the location, on another host)",
+			"repository moved: moved.example/old-team → moved.example/new-team",
+			"docker.io (" + regconf + "): asks https://registry-1.docker.io/v2; never asked: hub-mirror.example",
+		}},
+		{"a registries.conf that does not parse is a problem naming the file", func(r *config.RegistryCheck) {
+			r.RegistriesConf = filepath.Join(filepath.Dir(regconf), "malformed", "syntax.conf")
+		}, 1, []string{"FAIL  registry check: registries configuration " + filepath.Join(filepath.Dir(regconf), "malformed", "syntax.conf") + ": line 2"}},
+		{"a registry whose TLS files are wrong is a problem", func(r *config.RegistryCheck) {
+			r.RegistriesConf, r.CertsDir = regconf, badCerts
+		}, 1, []string{"FAIL  registry.example (", "client.cert has no key client.key"}},
+		{"on a containerd node it names the hosts directories, each server, and the mirrors never asked", func(r *config.RegistryCheck) {
+			r.HostsDir = hostsDir
+		}, 0, []string{
+			"ok    registry check: reads containerd's hosts.toml under " + hostsDir,
+			"registry.example (" + filepath.Join(hostsDir, "registry.example", "hosts.toml") + "): asks https://registry.example:8443/v2; never asked: https://mirror.example/v2",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Default()
+			tc.set(&cfg.RegistryCheck)
+			var out bytes.Buffer
+			if n := doctorRegistryCheck(context.Background(), &out, cfg); n != tc.problems {
+				t.Errorf("%d problems, want %d:\n%s", n, tc.problems, out.String())
+			}
+			for _, want := range tc.wantLines {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("the report lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}

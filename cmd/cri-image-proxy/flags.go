@@ -86,6 +86,7 @@ func bindServeFlags(fs *pflag.FlagSet, cfg *config.ProxyConfiguration) []boundSe
 	fs.StringVar(&e.AdminSocket, "admin-socket", e.AdminSocket, "the records admin socket (root, and --admin-group)")
 	fs.StringVar(&e.AdminGroup, "admin-group", e.AdminGroup, "group that may use the records admin socket besides root, a name or a GID (checked on each caller's credentials)")
 	fs.Var(superseding{&cfg.RegistryCheck.HostsDir, &e.RegistryHostsDir}, "registry-hosts-dir", "where the node's containerd reads its registries' hosts.toml (its config_path): the registry check asks each image's own registry as it finds it there, never a mirror")
+	fs.StringVar(&cfg.RegistryCheck.RegistriesConf, "registries-conf", cfg.RegistryCheck.RegistriesConf, "on a CRI-O node, its containers-registries.conf (/etc/containers/registries.conf; drop-ins in the .d directory beside it): the registry check reads it instead of --registry-hosts-dir, and asks each image's own registry, never a mirror")
 	var bound []boundSection
 	for _, s := range optionalSections {
 		bound = append(bound, s.bind(fs, cfg))
