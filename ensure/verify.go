@@ -291,6 +291,8 @@ func (g *Guard) registryWord(ctx context.Context, image string, res registry.Res
 // the cause; the pod's owner reads crireq.RegistryRefusal.
 func (g *Guard) checkFailed(ctx context.Context, image string, err error) error {
 	switch {
+	case errors.Is(err, registry.ErrForged):
+		g.log.WarnContext(ctx, "ensure: the registry served bytes that are not the image's content; the pull is refused", "image", image, "err", err)
 	case errors.Is(err, registry.ErrDenied):
 		g.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
 	case errors.Is(err, registry.ErrMoved):
