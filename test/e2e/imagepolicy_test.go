@@ -356,20 +356,21 @@ func TestImagePolicy(t *testing.T) {
 					t.Errorf("the proxy's log has the credential")
 				}
 			})
-			t.Run("an unsigned image is refused at pull, and never runs in the namespace", func(t *testing.T) {
+			t.Run("an unsigned image refused at pull leaves nothing on the node, by tag and by digest", func(t *testing.T) {
 				p := pod("secure", "unsigned")
-				refusedByPolicy(t, "unsigned", p.pull(t, ep, images["unsigned"]), "image is not signed")
-				// Without ensure the policy decides before the runtime pulls;
-				// with it, beside the runtime's pull, whose leftover a
-				// container of the namespace is refused.
-				if r := crictl(t, direct(), "inspecti", images["unsigned"]); r.Err == nil {
-					if mode.name == "ensure off" {
-						t.Errorf("the runtime pulled the refused image")
-					} else if err := p.run(t, ep, images["unsigned"], ""); err == nil {
-						t.Errorf("a container of the refused image the runtime pulled beside the check was created")
+				// The policy decides on the digest the registry names before
+				// the runtime is asked, ensure on or off.
+				byDigest := anon(unsigned)
+				for _, ref := range []string{images["unsigned"], byDigest} {
+					refusedByPolicy(t, "unsigned", p.pull(t, ep, ref), "image is not signed")
+					if r := crictl(t, direct(), "inspecti", ref); r.Err == nil {
+						t.Errorf("the runtime holds %s after its pull was refused", ref)
 					}
 				}
 				refusedByPolicy(t, "signed by an untrusted key", p.pull(t, ep, images["other-key"]), "no valid signature")
+				if r := crictl(t, direct(), "inspecti", images["other-key"]); r.Err == nil {
+					t.Errorf("the runtime holds %s after its pull was refused", images["other-key"])
+				}
 			})
 			t.Run("other namespaces are unaffected: an unsigned image is pulled and runs", func(t *testing.T) {
 				p := pod("other", "unsigned")
@@ -405,7 +406,7 @@ func TestImagePolicy(t *testing.T) {
 					t.Errorf("signed volume: %v", err)
 				}
 			})
-			t.Run("a tag moved to an unsigned digest after a signed pull refuses the next pod's pull", func(t *testing.T) {
+			t.Run("a tag moved to an unsigned digest after a signed pull refuses the next pod's pull, and the node's tag stays on the signed image", func(t *testing.T) {
 				moving := "policy/moving:" + slug
 				signWithKey(t, push(t, moving, "moving-signed"), ps.key)
 				img := testRig.AnonRegistry + "/" + moving
@@ -413,8 +414,19 @@ func TestImagePolicy(t *testing.T) {
 				if r := pod("secure", "moving-1").pull(t, ep, img); r.Err != nil {
 					t.Fatalf("the signed pull: %v\n%s", r.Err, r.Stderr)
 				}
-				push(t, moving, "moving-unsigned")
+				signedID := imageID(t, img)
+				unsignedRef := push(t, moving, "moving-unsigned")
 				refusedByPolicy(t, "the next pod", pod("secure", "moving-2").pull(t, ep, img), "image is not signed")
+				if got := imageID(t, img); got != signedID {
+					t.Errorf("the node's tag moved to %s, want it on the signed image %s", got, signedID)
+				}
+				if r := crictl(t, direct(), "inspecti", anon(unsignedRef)); r.Err == nil {
+					t.Errorf("the runtime holds the unsigned image its refused pull named")
+				}
+				// A pod of the signed image by that tag runs it, as before.
+				if err := pod("secure", "moving-3").run(t, ep, img, "moving-signed"); err != nil {
+					t.Errorf("a pod of the signed image by its tag: %v", err)
+				}
 			})
 			t.Run("a pull without a pod is decided for the default namespace", func(t *testing.T) {
 				r := crictl(t, ep, "pull", images["other-key"])
