@@ -18,7 +18,6 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/imagepolicytest"
 )
 
-
 // endCase is one way a pull through the proxy ends, and what the node and
 // the records hold afterwards.
 type endCase struct {

@@ -142,12 +142,12 @@ type Guard struct {
 	// unknownLayers are the images tracked on the node whose layers the
 	// runtime did not say: every layer counts as private beside them.
 	unknownLayers *unknownLayerTable
-	metrics  *metrics
-	clock    clock.PassiveClock
-	grace    time.Duration
-	pods     NodePods
-	accounts AccountCheck
-	registry RegistryCheck
+	metrics       *metrics
+	clock         clock.PassiveClock
+	grace         time.Duration
+	pods          NodePods
+	accounts      AccountCheck
+	registry      RegistryCheck
 	// credentials is nil without credential injection.
 	credentials Credentials
 	// imagePolicy is noImagePolicy without an image policy.
