@@ -348,8 +348,9 @@ func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time,
 	if err != nil || !ok {
 		return ImageLayers{}, false
 	}
-	g.unknownLayers.drop(imageID)
 	if !keep {
+		// Known for this decision only: an image marked as holding unknown
+		// layers stays so until they are kept.
 		return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true
 	}
 	if err := g.store.NoteLayers(imageID, diffIDs, seen); err != nil {
@@ -357,6 +358,7 @@ func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time,
 		g.log.Warn("keeping an image's layers failed", "imageRef", imageID, "err", err)
 	}
 	if l, ok := g.store.Layers(imageID); ok {
+		g.unknownLayers.drop(imageID) // known now, for good
 		return l, true
 	}
 	return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true
