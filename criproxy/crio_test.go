@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -36,9 +35,9 @@ func newCRIOListener(l net.Listener) *crioListener {
 }
 
 func (c *crioListener) acceptLoop() {
+	// Closing the socket (gRPC's Stop and GracefulStop do) ends Accept.
+	// Sniffers still reading a connection that made no call end with it.
 	defer close(c.done)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		conn, err := c.Listener.Accept()
 		if err != nil {
@@ -46,7 +45,7 @@ func (c *crioListener) acceptLoop() {
 		}
 		// One goroutine per connection, as cmux: a connection that makes no
 		// call (yet) must not hold up the others.
-		wg.Go(func() { c.sniff(conn) })
+		go c.sniff(conn)
 	}
 }
 

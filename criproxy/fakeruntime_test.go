@@ -126,8 +126,16 @@ func (f *fakeRuntime) PullImage(ctx context.Context, r *runtimeapi.PullImageRequ
 	return &runtimeapi.PullImageResponse{ImageRef: "sha256:pulled-" + r.GetImage().GetImage()}, nil
 }
 
+func (f *fakeRuntime) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	f.seen("ImageFsInfo")
+	return &runtimeapi.ImageFsInfoResponse{}, nil
+}
+
 func (f *fakeRuntime) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	f.seen("RemoveImage")
+	if r.GetImage().GetImage() == "unavailable" {
+		return nil, status.Error(codes.Unavailable, "runtime says: busy")
+	}
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
