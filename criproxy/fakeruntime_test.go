@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -31,8 +33,8 @@ type fakeRuntime struct {
 	name string // answered as RuntimeName, to tell two runtimes apart
 
 	mu           sync.Mutex
-	calls        map[string]int      // full method -> calls seen
-	contentTypes map[string][]string // full method -> content-types of the calls
+	calls        map[string]int             // full method -> calls seen
+	contentTypes map[string]map[string]bool // full method -> content-types its calls came with
 	lastPull     *runtimeapi.PullImageRequest
 }
 
@@ -43,15 +45,22 @@ func (f *fakeRuntime) noteContentType(ctx context.Context, fullMethod string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.contentTypes == nil {
-		f.contentTypes = make(map[string][]string)
+		f.contentTypes = make(map[string]map[string]bool)
 	}
-	f.contentTypes[fullMethod] = append(f.contentTypes[fullMethod], md.Get("content-type")...)
+	if f.contentTypes[fullMethod] == nil {
+		f.contentTypes[fullMethod] = make(map[string]bool)
+	}
+	for _, ct := range md.Get("content-type") {
+		f.contentTypes[fullMethod][ct] = true
+	}
 }
 
+// contentTypesOf returns the content-types calls of fullMethod came with,
+// each once, sorted.
 func (f *fakeRuntime) contentTypesOf(fullMethod string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]string(nil), f.contentTypes[fullMethod]...)
+	return slices.Sorted(maps.Keys(f.contentTypes[fullMethod]))
 }
 
 func (f *fakeRuntime) seen(method string) {
