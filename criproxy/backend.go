@@ -86,7 +86,7 @@ func dial(role, endpoint string) (*link, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
 		// Reconnect quickly once the runtime is back: a restart of containerd
 		// takes a second or two and the kubelet retries on its own. The
-		// kubelet's own CRI client uses the same (k8s.io/cri-client: 100ms
+		// kubelet's own CRI client does alike (k8s.io/cri-client: 100ms
 		// base, 3s at most, 5s to connect); gRPC's default would wait up to
 		// 120s between attempts. Calls do not wait for the connection
 		// (no WaitForReady), as the kubelet's do not: while the runtime is
