@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -255,41 +256,79 @@ func (l *link) watch(ctx context.Context) {
 }
 
 // explainAway adds to an Unavailable error that the connection to the
-// runtime gave, not the runtime itself, which runtime is away: gRPC's own
-// words ("connection error", "error reading from server") do not say it.
-// The code and details stay. An error the runtime answered over a live
-// connection passes as it came.
+// runtime gave, not the runtime itself, that the runtime is away and which
+// one: gRPC's own words ("connection error", "error reading from server")
+// do not say it. The code and details stay. The caller has made sure the
+// runtime did not answer: the connection's state cannot tell, as gRPC
+// updates it after a new connection has carried its first calls.
 func (l *link) explainAway(err error) error {
 	if status.Code(err) != codes.Unavailable {
 		return err
 	}
 	l.mu.Lock()
 	state := l.cc.GetState()
-	if state == connectivity.Ready {
-		l.mu.Unlock()
-		return err
-	}
-	// The call failed for want of a connection: that is news even when
-	// Watch missed the failed attempts (the call made them, between two of
-	// its looks).
+	// A call failed for want of a connection: that is news even when Watch
+	// missed the failed attempts (the call made them, between two of its
+	// looks). Watch says when it is back.
 	l.awayLocked()
 	l.mu.Unlock()
+	var how string
+	switch state {
+	case connectivity.TransientFailure:
+		how = "cannot connect"
+	case connectivity.Connecting:
+		how = "connecting"
+	case connectivity.Ready:
+		how = "the connection broke during the call; a new one is up"
+	default:
+		how = "the connection broke"
+	}
 	p := status.Convert(err).Proto()
-	p.Message = fmt.Sprintf("cri-image-proxy: the %s at %s is away (connection %s): %s",
-		l.role, l.endpoint, strings.ToLower(state.String()), p.GetMessage())
+	p.Message = fmt.Sprintf("cri-image-proxy: the %s at %s is away (%s): %s", l.role, l.endpoint, how, p.GetMessage())
 	return status.FromProto(p).Err()
 }
 
+// answered reports whether the runtime answered a call that ended with
+// header and trailer: every answer carries one or the other (with its
+// content-type at least); a call the connection failed has neither.
+func answered(header, trailer metadata.MD) bool {
+	return len(header) > 0 || len(trailer) > 0
+}
+
 func (l *link) explainUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
-		return l.explainAway(err)
+	// The proxy's own paths ask for the header and trailer already: use
+	// theirs, and add options only for a call that does not.
+	var header, trailer *metadata.MD
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			header = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			trailer = o.TrailerAddr
+		}
 	}
-	return nil
+	if header == nil || trailer == nil {
+		opts = opts[:len(opts):len(opts)] // append to a copy, never to the caller's array
+		if header == nil {
+			header = new(metadata.MD)
+			opts = append(opts, grpc.Header(header))
+		}
+		if trailer == nil {
+			trailer = new(metadata.MD)
+			opts = append(opts, grpc.Trailer(trailer))
+		}
+	}
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err == nil || answered(*header, *trailer) {
+		return err
+	}
+	return l.explainAway(err)
 }
 
 func (l *link) explainStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
+		// The runtime's answer comes with RecvMsg: this is the connection's.
 		return nil, l.explainAway(err)
 	}
 	return explainedStream{ClientStream: cs, l: l}, nil
@@ -303,13 +342,16 @@ type explainedStream struct {
 }
 
 func (s explainedStream) RecvMsg(m any) error {
-	if err := s.ClientStream.RecvMsg(m); err != nil {
-		if errors.Is(err, io.EOF) {
-			return err // the stream's end, as the caller expects it
-		}
-		return s.l.explainAway(err)
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil || errors.Is(err, io.EOF) {
+		return err // a message, or the stream's end as the caller expects it
 	}
-	return nil
+	// The stream has ended: Header returns at once.
+	header, _ := s.ClientStream.Header()
+	if answered(header, s.ClientStream.Trailer()) {
+		return err
+	}
+	return s.l.explainAway(err)
 }
 
 // Close closes the connections.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,6 +126,9 @@ func (f *fakeRuntime) PullImage(ctx context.Context, r *runtimeapi.PullImageRequ
 		return nil, status.Errorf(codes.Unknown, "failed to pull and unpack image %q: invalid decoded auth: %q; password %s; token %s/%s",
 			r.GetImage().GetImage(), dec, a.GetPassword(), a.GetIdentityToken(), a.GetRegistryToken())
 	}
+	if r.GetImage().GetImage() == "unavailable" {
+		return nil, status.Error(codes.Unavailable, "runtime says: busy")
+	}
 	if r.GetImage().GetImage() == "slow" {
 		select {
 		case <-time.After(time.Second):
@@ -190,6 +194,9 @@ func (f *fakeRuntime) echo(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	f.seen(method)
 	reportContext(ss.Context())
+	if strings.HasSuffix(method, "Unavailable") {
+		return status.Error(codes.Unavailable, "runtime says: busy")
+	}
 	for {
 		m := new(frame)
 		if err := ss.RecvMsg(m); err != nil {

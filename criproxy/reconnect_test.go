@@ -397,12 +397,41 @@ func TestTheProxyReconnectsAfterTheRuntimeRestarts(t *testing.T) {
 }
 
 // TestARuntimesOwnUnavailablePassesAsItCame checks that only a call that
-// failed for want of a connection is said to find the runtime away.
+// failed for want of a connection is said to find the runtime away, on
+// every path, including the first calls on a new connection (gRPC says
+// the connection is up only after it has carried them).
 func TestARuntimesOwnUnavailablePassesAsItCame(t *testing.T) {
 	t.Parallel()
-	rig := newProxyRig(t, Options{}, false)
-	_, err := rig.img.RemoveImage(context.Background(), &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: "unavailable"}})
-	if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "runtime says: busy" {
-		t.Errorf("got %v, want the runtime's Unavailable as it came", err)
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, r *proxyRig) error
+	}{
+		{"a call forwarded as frames", func(ctx context.Context, r *proxyRig) error {
+			_, err := r.img.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: "unavailable"}})
+			return err
+		}},
+		{"an intercepted call", func(ctx context.Context, r *proxyRig) error {
+			_, err := r.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "unavailable"}})
+			return err
+		}},
+		{"a stream", func(ctx context.Context, r *proxyRig) error {
+			s, err := r.conn.NewStream(ctx, &streamDesc, "/runtime.v1.RuntimeService/FutureUnavailable")
+			if err != nil {
+				return err
+			}
+			if err := s.CloseSend(); err != nil {
+				return err
+			}
+			return s.RecvMsg(&runtimeapi.VersionResponse{})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rig := newProxyRig(t, Options{}, false) // each case's call is the first on its connection
+			err := tc.call(context.Background(), rig)
+			if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "runtime says: busy" {
+				t.Errorf("got %v, want the runtime's Unavailable as it came", err)
+			}
+		})
 	}
 }
