@@ -2,14 +2,22 @@ package criproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -27,11 +35,16 @@ type Backend struct {
 
 	// RuntimeEndpoint and ImageEndpoint are the normalised endpoints.
 	RuntimeEndpoint, ImageEndpoint string
+
+	// links are the runtime's connection, then the image endpoint's if it
+	// is separate.
+	links []*link
 }
 
 // Dial connects to the runtime. imageEndpoint may be empty. Connections are
-// made lazily and re-made after the runtime restarts: while it is away,
-// calls fail with Unavailable and nothing needs restarting.
+// made lazily and re-made after the runtime restarts (Watch re-makes them
+// at once): while it is away, calls fail with Unavailable and nothing needs
+// restarting.
 func Dial(runtimeEndpoint, imageEndpoint string) (*Backend, error) {
 	rt, err := ParseEndpoint(runtimeEndpoint)
 	if err != nil {
@@ -44,25 +57,41 @@ func Dial(runtimeEndpoint, imageEndpoint string) (*Backend, error) {
 		}
 	}
 	b := &Backend{RuntimeEndpoint: rt, ImageEndpoint: img}
-	if b.Runtime, err = dial(rt); err != nil {
+	runtime, err := dial("runtime", rt)
+	if err != nil {
 		return nil, err
 	}
-	b.Image = b.Runtime
+	b.links = []*link{runtime}
+	b.Runtime, b.Image = runtime.cc, runtime.cc
 	if img != rt {
-		if b.Image, err = dial(img); err != nil {
+		image, err := dial("image service", img)
+		if err != nil {
 			b.Runtime.Close()
 			return nil, err
 		}
+		b.links = append(b.links, image)
+		b.Image = image.cc
 	}
 	return b, nil
 }
 
-func dial(endpoint string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(endpoint,
+func dial(role, endpoint string) (*link, error) {
+	l := &link{role: role, endpoint: endpoint}
+	var err error
+	l.cc, err = grpc.NewClient(endpoint,
+		// Every call to the runtime, the proxy's own included, says which
+		// runtime is away when it fails for want of a connection.
+		grpc.WithChainUnaryInterceptor(l.explainUnary),
+		grpc.WithChainStreamInterceptor(l.explainStream),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
 		// Reconnect quickly once the runtime is back: a restart of containerd
-		// takes a second or two and the kubelet retries on its own.
+		// takes a second or two and the kubelet retries on its own. The
+		// kubelet's own CRI client does alike (k8s.io/cri-client: 100ms
+		// base, 3s at most, 5s to connect); gRPC's default would wait up to
+		// 120s between attempts. Calls do not wait for the connection
+		// (no WaitForReady), as the kubelet's do not: while the runtime is
+		// away they fail at once with Unavailable and the kubelet retries.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
@@ -77,6 +106,10 @@ func dial(endpoint string) (*grpc.ClientConn, error) {
 		grpc.WithInitialWindowSize(MaxMessageSize),
 		grpc.WithInitialConnWindowSize(MaxMessageSize),
 	)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // ParseEndpoint accepts "unix:///path" or an absolute path, as the kubelet
@@ -122,6 +155,203 @@ func (b *Backend) Ready(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reconnectInterval bounds how often Watch re-makes a connection the
+// runtime closed: a runtime that accepts and at once closes every
+// connection gets a new one a second, not a busy loop. gRPC's own backoff
+// paces the attempts while the runtime is away.
+const reconnectInterval = time.Second
+
+// recheckInterval is how long Watch waits for a change of a connection's
+// state before it looks again: gRPC reports changes one at a time, and
+// one that came and went between two looks would otherwise be noticed
+// only at the next.
+const recheckInterval = 2 * time.Second
+
+// link is one connection to the runtime (the runtime endpoint's, or the
+// image endpoint's) and what the log last said of it.
+type link struct {
+	cc             *grpc.ClientConn
+	role, endpoint string
+
+	// mu orders what Watch and explainAway see of the connection's state
+	// with what the log says: each reads the state under it.
+	mu    sync.Mutex
+	log   *slog.Logger // nil until Watch runs: then nothing is logged
+	known bool         // the log said up or away
+	up    bool
+}
+
+// upLocked and awayLocked note the connection up or away, logging a
+// change, once. Away is a failed connection attempt or a call that failed
+// for want of a connection; a connection lost and at once re-made (the
+// runtime closed an idle one, say) is no news.
+func (l *link) upLocked() {
+	if l.log != nil && !l.up {
+		if l.known {
+			l.log.Info("the runtime is back", "service", l.role, "endpoint", l.endpoint)
+		} else {
+			l.log.Info("connected to the runtime", "service", l.role, "endpoint", l.endpoint)
+		}
+	}
+	l.known, l.up = true, true
+}
+
+func (l *link) awayLocked() {
+	if l.log != nil && (l.up || !l.known) {
+		l.log.Warn("the runtime is away: calls to it fail with Unavailable until it is back", "service", l.role, "endpoint", l.endpoint)
+	}
+	l.known, l.up = true, false
+}
+
+// Watch keeps the connections to the runtime up until ctx is done, and
+// logs when one is lost (the runtime is away) and when it is back, one
+// line per change. gRPC by itself re-makes a connection the runtime
+// closed only at the next call: reconnecting at once makes the first call
+// after a restart find it up, and the log say when the runtime is back.
+// Run it once.
+func (b *Backend) Watch(ctx context.Context, log *slog.Logger) {
+	var wg sync.WaitGroup
+	for _, l := range b.links {
+		l.mu.Lock()
+		l.log = log
+		l.mu.Unlock()
+		wg.Go(func() { l.watch(ctx) })
+	}
+	wg.Wait()
+}
+
+func (l *link) watch(ctx context.Context) {
+	var lastConnect time.Time
+	for {
+		l.mu.Lock()
+		state := l.cc.GetState()
+		switch state {
+		case connectivity.Ready:
+			l.upLocked()
+		case connectivity.TransientFailure:
+			l.awayLocked()
+		}
+		l.mu.Unlock()
+		wait := recheckInterval
+		switch state {
+		case connectivity.Shutdown:
+			return
+		case connectivity.Idle:
+			if since := time.Since(lastConnect); since < reconnectInterval {
+				wait = reconnectInterval - since
+			} else {
+				lastConnect = time.Now()
+				l.cc.Connect()
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		l.cc.WaitForStateChange(wctx, state)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// explainAway adds to an Unavailable error that the connection to the
+// runtime gave, not the runtime itself, that the runtime is away and which
+// one: gRPC's own words ("connection error", "error reading from server")
+// do not say it. The code and details stay. The caller has made sure the
+// runtime did not answer: the connection's state cannot tell, as gRPC
+// updates it after a new connection has carried its first calls.
+func (l *link) explainAway(err error) error {
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	l.mu.Lock()
+	state := l.cc.GetState()
+	// A call failed for want of a connection: that is news even when Watch
+	// missed the failed attempts (the call made them, between two of its
+	// looks). Watch says when it is back.
+	l.awayLocked()
+	l.mu.Unlock()
+	var how string
+	switch state {
+	case connectivity.TransientFailure:
+		how = "cannot connect"
+	case connectivity.Connecting:
+		how = "connecting"
+	case connectivity.Ready:
+		how = "the connection broke during the call; a new one is up"
+	default:
+		how = "the connection broke"
+	}
+	p := status.Convert(err).Proto()
+	p.Message = fmt.Sprintf("cri-image-proxy: the %s at %s is away (%s): %s", l.role, l.endpoint, how, p.GetMessage())
+	return status.FromProto(p).Err()
+}
+
+// answered reports whether the runtime answered a call that ended with
+// header and trailer: every answer carries one or the other (with its
+// content-type at least); a call the connection failed has neither.
+func answered(header, trailer metadata.MD) bool {
+	return len(header) > 0 || len(trailer) > 0
+}
+
+func (l *link) explainUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	// The proxy's own paths ask for the header and trailer already: use
+	// theirs, and add options only for a call that does not.
+	var header, trailer *metadata.MD
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			header = o.HeaderAddr
+		case grpc.TrailerCallOption:
+			trailer = o.TrailerAddr
+		}
+	}
+	if header == nil || trailer == nil {
+		opts = opts[:len(opts):len(opts)] // append to a copy, never to the caller's array
+		if header == nil {
+			header = new(metadata.MD)
+			opts = append(opts, grpc.Header(header))
+		}
+		if trailer == nil {
+			trailer = new(metadata.MD)
+			opts = append(opts, grpc.Trailer(trailer))
+		}
+	}
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err == nil || answered(*header, *trailer) {
+		return err
+	}
+	return l.explainAway(err)
+}
+
+func (l *link) explainStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		// The runtime's answer comes with RecvMsg: this is the connection's.
+		return nil, l.explainAway(err)
+	}
+	return explainedStream{ClientStream: cs, l: l}, nil
+}
+
+// explainedStream explains the error that ends a stream: the connection
+// may go while it runs.
+type explainedStream struct {
+	grpc.ClientStream
+	l *link
+}
+
+func (s explainedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil || errors.Is(err, io.EOF) {
+		return err // a message, or the stream's end as the caller expects it
+	}
+	// The stream has ended: Header returns at once.
+	header, _ := s.ClientStream.Header()
+	if answered(header, s.ClientStream.Trailer()) {
+		return err
+	}
+	return s.l.explainAway(err)
 }
 
 // Close closes the connections.

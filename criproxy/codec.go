@@ -23,8 +23,13 @@ func (f *frame) free() {
 // protobuf. Using one codec for both lets typed (intercepted) and raw
 // (pass-through) methods share one server and one client connection.
 //
-// Its name is "proto" so that the content-type on the wire stays
-// application/grpc+proto and the peers see no difference.
+// Its name is empty so that calls to the runtime go out as
+// "application/grpc", as the kubelet's and crictl's do: gRPC makes a
+// forced codec's name the content-subtype, and "proto" would send
+// "application/grpc+proto". Protobuf is gRPC's default either way, but
+// CRI-O's socket (cmux in front of gRPC) hands a connection to gRPC only
+// when its first call says exactly "application/grpc" and resets it
+// otherwise, with every call on it. The server side ignores the name.
 type codec struct{}
 
 var protoCodec = encoding.GetCodecV2(proto.Name)
@@ -49,4 +54,4 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return protoCodec.Unmarshal(data, v)
 }
 
-func (codec) Name() string { return proto.Name }
+func (codec) Name() string { return "" }

@@ -19,6 +19,17 @@
 //     (ImageStatus on the kubelet's hot path).
 //   - Local errors are mapped to gRPC status codes once, in the typed
 //     handlers (ToStatus); runtime errors pass through as they came.
+//   - Every call reaches the runtime as "application/grpc", as the
+//     kubelet's and crictl's do, whichever path it took: CRI-O's socket
+//     serves gRPC only for that content-type, judged on a connection's
+//     first call.
+//   - While the runtime (or a separate image endpoint) is away, calls fail
+//     at once with Unavailable, their message saying which endpoint is
+//     away, as the kubelet's own CRI client fails them: a caller's
+//     WaitForReady does not travel on the wire, and the kubelet retries.
+//     Backend.Watch reconnects as soon as it is back (gRPC's backoff, at
+//     most 2s between attempts), whether it stopped, was killed or
+//     recreated its socket, and logs each change once.
 //   - Messages up to MaxMessageSize (16 MiB) pass both ways.
 //   - Requests are never logged or put in metric labels: they may carry
 //     registry credentials.

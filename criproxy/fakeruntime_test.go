@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,9 +33,35 @@ type fakeRuntime struct {
 
 	name string // answered as RuntimeName, to tell two runtimes apart
 
-	mu       sync.Mutex
-	calls    map[string]int // full method -> calls seen
-	lastPull *runtimeapi.PullImageRequest
+	mu           sync.Mutex
+	calls        map[string]int             // full method -> calls seen
+	contentTypes map[string]map[string]bool // full method -> content-types its calls came with
+	lastPull     *runtimeapi.PullImageRequest
+}
+
+// noteContentType records the content-type a call arrived with: a runtime
+// may care (CRI-O's socket serves gRPC only for "application/grpc").
+func (f *fakeRuntime) noteContentType(ctx context.Context, fullMethod string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.contentTypes == nil {
+		f.contentTypes = make(map[string]map[string]bool)
+	}
+	if f.contentTypes[fullMethod] == nil {
+		f.contentTypes[fullMethod] = make(map[string]bool)
+	}
+	for _, ct := range md.Get("content-type") {
+		f.contentTypes[fullMethod][ct] = true
+	}
+}
+
+// contentTypesOf returns the content-types calls of fullMethod came with,
+// each once, sorted.
+func (f *fakeRuntime) contentTypesOf(fullMethod string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.contentTypes[fullMethod]))
 }
 
 func (f *fakeRuntime) seen(method string) {
@@ -97,6 +126,9 @@ func (f *fakeRuntime) PullImage(ctx context.Context, r *runtimeapi.PullImageRequ
 		return nil, status.Errorf(codes.Unknown, "failed to pull and unpack image %q: invalid decoded auth: %q; password %s; token %s/%s",
 			r.GetImage().GetImage(), dec, a.GetPassword(), a.GetIdentityToken(), a.GetRegistryToken())
 	}
+	if r.GetImage().GetImage() == "unavailable" {
+		return nil, status.Error(codes.Unavailable, "runtime says: busy")
+	}
 	if r.GetImage().GetImage() == "slow" {
 		select {
 		case <-time.After(time.Second):
@@ -107,8 +139,16 @@ func (f *fakeRuntime) PullImage(ctx context.Context, r *runtimeapi.PullImageRequ
 	return &runtimeapi.PullImageResponse{ImageRef: "sha256:pulled-" + r.GetImage().GetImage()}, nil
 }
 
+func (f *fakeRuntime) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	f.seen("ImageFsInfo")
+	return &runtimeapi.ImageFsInfoResponse{}, nil
+}
+
 func (f *fakeRuntime) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	f.seen("RemoveImage")
+	if r.GetImage().GetImage() == "unavailable" {
+		return nil, status.Error(codes.Unavailable, "runtime says: busy")
+	}
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
@@ -154,6 +194,9 @@ func (f *fakeRuntime) echo(_ any, ss grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(ss)
 	f.seen(method)
 	reportContext(ss.Context())
+	if strings.HasSuffix(method, "Unavailable") {
+		return status.Error(codes.Unavailable, "runtime says: busy")
+	}
 	for {
 		m := new(frame)
 		if err := ss.RecvMsg(m); err != nil {
@@ -177,6 +220,26 @@ func shortTempDir(t testing.TB) string {
 	return dir
 }
 
+// newFakeRuntimeServer returns a gRPC server of f, not yet serving.
+func newFakeRuntimeServer(f *fakeRuntime) *grpc.Server {
+	srv := grpc.NewServer(
+		grpc.ForceServerCodecV2(codec{}),
+		grpc.UnknownServiceHandler(f.echo),
+		grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			f.noteContentType(ctx, info.FullMethod)
+			return handler(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			f.noteContentType(ss.Context(), info.FullMethod)
+			return handler(srv, ss)
+		}),
+	)
+	runtimeapi.RegisterRuntimeServiceServer(srv, f)
+	runtimeapi.RegisterImageServiceServer(srv, f)
+	return srv
+}
+
 // startFakeRuntime serves f on path until the test ends or stop is called.
 func startFakeRuntime(t testing.TB, f *fakeRuntime, path string) (stop func()) {
 	t.Helper()
@@ -184,13 +247,7 @@ func startFakeRuntime(t testing.TB, f *fakeRuntime, path string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(
-		grpc.ForceServerCodecV2(codec{}),
-		grpc.UnknownServiceHandler(f.echo),
-		grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20),
-	)
-	runtimeapi.RegisterRuntimeServiceServer(srv, f)
-	runtimeapi.RegisterImageServiceServer(srv, f)
+	srv := newFakeRuntimeServer(f)
 	go srv.Serve(l)
 	var once sync.Once
 	stop = func() { once.Do(srv.Stop) }
@@ -203,6 +260,7 @@ type proxyRig struct {
 	runtime, image *fakeRuntime
 	runtimeSock    string
 	stopRuntime    func()
+	backend        *Backend
 	server         *Server
 	conn           *grpc.ClientConn
 	rt             runtimeapi.RuntimeServiceClient
@@ -217,25 +275,37 @@ type proxyRig struct {
 func newProxyRig(t testing.TB, opts Options, separateImage bool) *proxyRig {
 	t.Helper()
 	dir := shortTempDir(t)
-	r := &proxyRig{runtime: &fakeRuntime{name: "runtime"}, runtimeSock: filepath.Join(dir, "rt.sock")}
-	r.stopRuntime = startFakeRuntime(t, r.runtime, r.runtimeSock)
+	runtime, runtimeSock := &fakeRuntime{name: "runtime"}, filepath.Join(dir, "rt.sock")
+	stopRuntime := startFakeRuntime(t, runtime, runtimeSock)
 	imageEndpoint := ""
-	r.image = r.runtime
+	image := runtime
 	if separateImage {
-		r.image = &fakeRuntime{name: "image"}
+		image = &fakeRuntime{name: "image"}
 		imageSock := filepath.Join(dir, "img.sock")
-		startFakeRuntime(t, r.image, imageSock)
+		startFakeRuntime(t, image, imageSock)
 		imageEndpoint = "unix://" + imageSock
 	}
-	backend, err := Dial("unix://"+r.runtimeSock, imageEndpoint)
+	r := startProxyRig(t, opts, runtimeSock, imageEndpoint)
+	r.runtime, r.image, r.stopRuntime = runtime, image, stopRuntime
+	return r
+}
+
+// startProxyRig starts a proxy with opts in front of the runtime at
+// runtimeSock (and imageEndpoint, if not empty), a client of the proxy and
+// one of the runtime itself. The caller fills in the runtimes.
+func startProxyRig(t testing.TB, opts Options, runtimeSock, imageEndpoint string) *proxyRig {
+	t.Helper()
+	r := &proxyRig{runtimeSock: runtimeSock}
+	backend, err := Dial("unix://"+runtimeSock, imageEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { backend.Close() })
+	r.backend = backend
 	if r.server, err = New(backend, opts); err != nil {
 		t.Fatal(err)
 	}
-	proxySock := filepath.Join(dir, "proxy.sock")
+	proxySock := filepath.Join(filepath.Dir(runtimeSock), "proxy.sock")
 	r.sock = proxySock
 	l, err := net.Listen("unix", proxySock)
 	if err != nil {
@@ -254,7 +324,7 @@ func newProxyRig(t testing.TB, opts Options, separateImage bool) *proxyRig {
 	}
 	t.Cleanup(func() { r.conn.Close() })
 	r.rt = runtimeapi.NewRuntimeServiceClient(r.conn)
-	direct, err := grpc.NewClient("unix://"+r.runtimeSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	direct, err := grpc.NewClient("unix://"+runtimeSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

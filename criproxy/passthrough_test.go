@@ -272,38 +272,3 @@ func TestSeparateImageEndpoint(t *testing.T) {
 		t.Errorf("the runtime endpoint served an ImageService call")
 	}
 }
-
-func TestBackendRestart(t *testing.T) {
-	t.Parallel()
-	rig := newProxyRig(t, Options{}, false)
-	ctx := context.Background()
-	if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
-		t.Fatal(err)
-	}
-
-	// The runtime goes away: calls fail with Unavailable, and fast.
-	rig.stopRuntime()
-	if _, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{}); status.Code(err) != codes.Unavailable {
-		t.Fatalf("with the runtime down: got %v, want Unavailable", err)
-	}
-
-	// It comes back on the same socket: the proxy reconnects by itself.
-	startFakeRuntime(t, &fakeRuntime{name: "runtime-again"}, rig.runtimeSock)
-	deadline := time.Now().Add(20 * time.Second) // a bound, not an assertion: backoff is at most 2s
-	for {
-		v, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
-		if err == nil {
-			if v.RuntimeName != "runtime-again" {
-				t.Errorf("answered by %q", v.RuntimeName)
-			}
-			break
-		}
-		if status.Code(err) != codes.Unavailable {
-			t.Fatalf("while reconnecting: got %v, want Unavailable", err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy did not reconnect: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

@@ -21,6 +21,9 @@ import (
 const helperClientEnv = "CRIPROXY_TEST_CLIENT_SOCKET"
 
 func TestMain(m *testing.M) {
+	if sock := os.Getenv(helperRuntimeEnv); sock != "" {
+		os.Exit(runHelperRuntime(sock))
+	}
 	if sock := os.Getenv(helperClientEnv); sock != "" {
 		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err == nil {

@@ -157,6 +157,9 @@ func (d *daemon) assemble(ctx context.Context) error {
 		return err
 	}
 	d.onExit(d.backend.Close)
+	// Reconnects as soon as the runtime is back after a restart, and logs
+	// when it goes away and comes back.
+	d.background(func(ctx context.Context) { d.backend.Watch(ctx, log) })
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.opts.BuildInfo)
 
 	if k := cfg.Kubernetes; k != nil {

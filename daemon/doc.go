@@ -13,7 +13,10 @@
 // Run returns, on one path, whether the daemon stopped or never started.
 //
 // Running: the components run under one errgroup. systemd is told READY=1
-// once every socket accepts calls. The end of the context (SIGTERM,
+// once every socket accepts calls. The connection to the runtime is
+// watched in the background (criproxy.Backend.Watch): re-made as soon as
+// the runtime is back after a restart, with a log line when it goes away
+// and one when it is back. The end of the context (SIGTERM,
 // SIGINT) or a component's failure stops them all, the CRI server first:
 // calls in flight get the shutdown timeout to finish.
 //
