@@ -3,6 +3,7 @@ package rig
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -290,4 +291,38 @@ func (r *Rig) pushAsUser(ref string, img v1.Image) (string, error) {
 	}
 	d, err := img.Digest()
 	return d.String(), err
+}
+
+// PushRealistic pushes busybox under n layers of size bytes each of
+// random content (they do not compress: the registry serves about n x size
+// bytes), plus a file naming marker, to the authenticated registry as ref,
+// and returns its digest: an image of the size a pull takes seconds for,
+// as pods' images do (the kubelet's SLO data puts a pull's median at 2 s),
+// sharing no layer but busybox's with any other.
+func (r *Rig) PushRealistic(ref, marker string, n, size int) (string, error) {
+	bb, err := busyboxLayer()
+	if err != nil {
+		return "", err
+	}
+	layers := []v1.Layer{bb}
+	for i := range n {
+		data := make([]byte, size)
+		if _, err := rand.Read(data); err != nil {
+			return "", err
+		}
+		l, err := layer([]file{{name: fmt.Sprintf("%s-%d.bin", marker, i), mode: 0o644, data: data}})
+		if err != nil {
+			return "", err
+		}
+		layers = append(layers, l)
+	}
+	ml, err := layer([]file{{name: "marker", mode: 0o644, data: []byte(marker + "\n")}})
+	if err != nil {
+		return "", err
+	}
+	img, err := image(v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, append(layers, ml)...)
+	if err != nil {
+		return "", err
+	}
+	return r.pushAsUser(ref, img)
 }

@@ -17,6 +17,9 @@ type DelayRelay struct {
 	target string
 	delay  time.Duration
 	served atomic.Int64 // bytes relayed from the target to its clients
+	// pipelined delays each chunk from when it was read, not from when the
+	// previous one was written: latency without a bandwidth limit.
+	pipelined bool
 }
 
 // StartDelayRelay relays 127.0.0.1:Port() to target with delay.
@@ -28,6 +31,19 @@ func StartDelayRelay(target string, delay time.Duration) (*DelayRelay, error) {
 	r := &DelayRelay{l: l, target: target, delay: delay}
 	go r.serve()
 	return r, nil
+}
+
+// StartLatencyRelay relays 127.0.0.1:Port() to target, each chunk
+// delivered delay after it was read, in order, whatever else is in flight:
+// a registry that far away (RTT = 2 x delay) over a link as fast as
+// loopback, for pulls of a realistic size, where DelayRelay's one chunk
+// at a time would also cap the bandwidth at 64 KiB per delay.
+func StartLatencyRelay(target string, delay time.Duration) (*DelayRelay, error) {
+	r, err := StartDelayRelay(target, delay)
+	if err == nil {
+		r.pipelined = true
+	}
+	return r, err
 }
 
 // Port is the relay's port on 127.0.0.1.
@@ -64,6 +80,10 @@ func (r *DelayRelay) serve() {
 // pump copies src to dst, each chunk delayed; order is kept. It counts
 // what it copied in count, when set.
 func (r *DelayRelay) pump(dst io.Writer, src io.Reader, count *atomic.Int64) {
+	if r.pipelined {
+		r.pumpPipelined(dst, src, count)
+		return
+	}
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
@@ -82,5 +102,43 @@ func (r *DelayRelay) pump(dst io.Writer, src io.Reader, count *atomic.Int64) {
 			}
 			return
 		}
+	}
+}
+
+// pumpPipelined is pump with each chunk held for the delay from when it
+// was read: a reader queues chunks with their due time, a writer writes
+// each when it is due, in order.
+func (r *DelayRelay) pumpPipelined(dst io.Writer, src io.Reader, count *atomic.Int64) {
+	type chunk struct {
+		b   []byte
+		due time.Time
+	}
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			buf := make([]byte, 64<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{buf[:n], time.Now().Add(r.delay)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range q {
+		time.Sleep(time.Until(c.due))
+		if _, err := dst.Write(c.b); err != nil {
+			for range q { // let the reader end
+			}
+			return
+		}
+		if count != nil {
+			count.Add(int64(len(c.b)))
+		}
+	}
+	if c, ok := dst.(interface{ CloseWrite() error }); ok {
+		c.CloseWrite()
 	}
 }
