@@ -497,3 +497,33 @@ func TestTheLogSaysACredentialWasRecordedOnlyWhenItWas(t *testing.T) {
 		t.Errorf("the log does not say the credential could not be recorded:\n%s", log)
 	}
 }
+
+// TestAHideOfAnImageGoneSinceAnswersNoPull: a name hidden while its image
+// was on the node, the image removed since, and ImageStatus answered
+// "absent": the next pull of the name goes to the runtime, never answered
+// from the node with the ID of an image that is gone.
+func TestAHideOfAnImageGoneSinceAnswersNoPull(t *testing.T) {
+	t.Parallel()
+	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	ctx := context.Background()
+	spec := &runtimeapi.ImageSpec{Image: private}
+	if st, err := s.imageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}); err != nil || st.GetImage() != nil {
+		t.Fatalf("A's second pod's ImageStatus: %v, %v; want hidden", st, err)
+	}
+	if _, err := s.node.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.imageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}); err != nil || st.GetImage() != nil {
+		t.Fatalf("ImageStatus of the removed image: %v, %v", st, err)
+	}
+	before := s.node.registryRequests()
+	if _, err := s.guard.PullImage(ctx, pullOf(private, podA2), s.runtimePull); err != nil {
+		t.Fatalf("A's second pod's pull: %v", err)
+	}
+	if s.node.registryRequests() == before || !s.node.has(refApp) {
+		t.Errorf("the pull was answered from the node, and the node holds the image: %v", s.node.has(refApp))
+	}
+}

@@ -12,8 +12,14 @@ import (
 // is answered "not present".
 func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest, next criproxy.Next[runtimeapi.ImageStatusRequest, runtimeapi.ImageStatusResponse]) (*runtimeapi.ImageStatusResponse, error) {
 	resp, err := next(ctx, req)
-	if err != nil || resp.GetImage() == nil {
+	switch {
+	case err != nil:
 		return resp, err
+	case resp.GetImage() == nil:
+		// Absent now: a hide of the name from before (the image removed
+		// since) must not make the next pull take it for present.
+		g.hidden.forget(req.GetImage().GetImage())
+		return resp, nil
 	}
 	if g.Hide(ctx, req.GetImage().GetImage(), resp.Image.GetId(), resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
 		return &runtimeapi.ImageStatusResponse{}, nil

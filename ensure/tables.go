@@ -146,6 +146,15 @@ func (h *hideTable) take(image string) {
 	}
 }
 
+// forget drops every pending hide of image: the runtime says the name
+// stands for no image now, so what it hid is no longer what a pull of it
+// would find.
+func (h *hideTable) forget(image string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.entries, image)
+}
+
 // evictLocked drops expired entries, or the one expiring soonest.
 func (h *hideTable) evictLocked(now time.Time) {
 	var victim string
