@@ -142,12 +142,14 @@ type Guard struct {
 	// unknownLayers are the images tracked on the node whose layers the
 	// runtime did not say: every layer counts as private beside them.
 	unknownLayers *unknownLayerTable
-	metrics       *metrics
-	clock         clock.PassiveClock
-	grace         time.Duration
-	pods          NodePods
-	accounts      AccountCheck
-	registry      RegistryCheck
+	// removals are the images RemoveImage forgot, for the pulls under way.
+	removals *removalTable
+	metrics  *metrics
+	clock    clock.PassiveClock
+	grace    time.Duration
+	pods     NodePods
+	accounts AccountCheck
+	registry RegistryCheck
 	// credentials is nil without credential injection.
 	credentials Credentials
 	// imagePolicy is noImagePolicy without an image policy.
@@ -159,13 +161,16 @@ type Guard struct {
 	leftoverMu    sync.Mutex
 	leftover      []Intent
 	leftoverCount atomic.Int64
+	// keptSince are the intents kept in this life because a runtime's
+	// pull was cut short, with their pull's repository and start.
+	keptSince map[string]keptIntent
 }
 
 // NewGuard returns the enforcer of policy over store; rt reaches the
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(),
+		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials,
 		imagePolicy: opts.ImagePolicy,
 	}

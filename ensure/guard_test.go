@@ -608,6 +608,7 @@ func TestRecordsAndIntents(t *testing.T) {
 		// The crash: the runtime finished the pull, the record was not written.
 		s.store.AddIntent(private)
 		s.node.preload(private, refApp)
+		s.unobserved = true // Recover settles it here, not the first look (which would too)
 		s.restart(t, ensure.NeverVerifyPreloadedImages)
 		if got := s.start(podB, private, "Never"); got != errNeverPull {
 			t.Errorf("before the intents are settled a Never pod got %s", got)
@@ -630,6 +631,7 @@ func TestRecordsAndIntents(t *testing.T) {
 		dgst := "sha256:" + strings.Repeat("3", 64)
 		s.store.AddIntent("registry.test/team-a/app:v1@" + dgst)
 		s.node.preload("registry.test/team-a/app@"+dgst, refApp)
+		s.unobserved = true // Recover settles it here, not the first look (which would too)
 		s.restart(t, ensure.NeverVerifyPreloadedImages)
 		if n, d, err := s.guard.Recover(ctx); n != 1 || d != 0 || err != nil {
 			t.Fatalf("Recover = %d converted, %d dropped, %v; want the intent converted", n, d, err)

@@ -256,6 +256,16 @@ func (g *Guard) layerChooser(image, repo string, fl *layerFlight, anonymous bool
 		wctx, cancel := context.WithTimeout(ctx, flightWait)
 		known := g.flights.waitKnown(wctx, fl)
 		cancel()
+		if g.hasLeftover() {
+			// A pull cut short (or a crash) may have left an image since:
+			// the runtime says what it holds now, and what it left is
+			// tracked with its layers before they are decided on.
+			if images, err := g.runtime.Images(ctx); err != nil {
+				known = false
+			} else {
+				g.settleKept(ctx, images)
+			}
+		}
 		want, why := g.layersToProve(imageID.String(), repo, diffIDs, fl, !known)
 		if len(want) > 0 {
 			g.logDecision(ctx, "PullImage: layers the node shares from elsewhere must be proven by their bytes", image, imageID.String(), "", fmt.Sprint(why))
@@ -299,7 +309,7 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bo
 		// been here before: refused for now, tracked by nothing.
 		return true, why
 	}
-	g.track(img, "an image that came around the proxy holds another image's private layers: tracked as pulled with no verified credential; every pod must pull it", why)
+	g.track(ctx, img, "an image that came around the proxy holds another image's private layers: tracked as pulled with no verified credential; every pod must pull it", why)
 	return true, why
 }
 
@@ -315,7 +325,7 @@ func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bo
 // layer counts as come with it, and nothing learnt is kept.
 func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string, self *layerFlight) (bool, string) {
 	observed := g.observed.Load()
-	l, ok := g.learnLayers(ctx, imageID, g.clock.Now(), observed)
+	l, ok, _ := g.learnLayers(ctx, imageID, g.clock.Now(), observed)
 	if !ok {
 		if !g.anyPrivateLayer(ctx) {
 			return false, ""
@@ -339,19 +349,20 @@ func (g *Guard) cameWithPrivateLayers(ctx context.Context, imageID string, self 
 
 // learnLayers returns what is known of an image's layers, asking the
 // runtime when nothing is; with keep, its answer is kept, first seen at
-// seen.
-func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time, keep bool) (ImageLayers, bool) {
+// seen. kept says the layers are in the database (known for good), not
+// only learnt for this decision.
+func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time, keep bool) (l ImageLayers, ok, kept bool) {
 	if l, ok := g.store.Layers(imageID); ok {
-		return l, true
+		return l, true, true
 	}
 	diffIDs, ok, err := g.runtime.ImageLayers(ctx, imageID)
 	if err != nil || !ok {
-		return ImageLayers{}, false
+		return ImageLayers{}, false, false
 	}
 	if !keep {
 		// Known for this decision only: an image marked as holding unknown
 		// layers stays so until they are kept.
-		return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true
+		return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true, false
 	}
 	if err := g.store.NoteLayers(imageID, diffIDs, seen); err != nil {
 		// Not kept: known for this decision, learnt again next time.
@@ -359,9 +370,9 @@ func (g *Guard) learnLayers(ctx context.Context, imageID string, seen time.Time,
 	}
 	if l, ok := g.store.Layers(imageID); ok {
 		g.unknownLayers.drop(imageID) // known now, for good
-		return l, true
+		return l, true, true
 	}
-	return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true
+	return ImageLayers{DiffIDs: diffIDs, Seen: seen}, true, false
 }
 
 // anyPrivateLayer reports whether some image with a restricting record
@@ -389,9 +400,11 @@ func (g *Guard) anyPrivateLayer(ctx context.Context) bool {
 // track records img as pulled with no verified credential under each
 // repository it is listed as: every pod verifies it from now on, and
 // ImageStatus hides it.
-func (g *Guard) track(img crireq.Image, msg, why string) {
+func (g *Guard) track(ctx context.Context, img crireq.Image, msg, why string) {
 	unlock := g.refs.lock(img.ID)
 	defer unlock()
+	// Its layers, as every end keeps them: learnt, or marked unknown.
+	defer g.keepLayers(ctx, img.ID, true)
 	repos := map[string]bool{}
 	for _, n := range img.Names {
 		if r, ok := g.repository(n); ok {
@@ -421,11 +434,13 @@ func (g *Guard) track(img crireq.Image, msg, why string) {
 // one, or a GC run's) has succeeded, the node is not observed: no image
 // counts as preloaded and no layer as public.
 func (g *Guard) ObserveLayers(ctx context.Context) error {
+	listedAt := g.clock.Now()
 	images, err := g.runtime.Images(ctx)
 	if err != nil {
 		return fmt.Errorf("learning the node's layers: list images: %w", err)
 	}
-	if !g.observeLayers(ctx, images, len(images)) {
+	g.settleKept(ctx, images)
+	if !g.observeLayers(ctx, images, listedAt, len(images)) {
 		return fmt.Errorf("learning the node's layers: %w", context.Cause(ctx))
 	}
 	return nil
@@ -441,7 +456,7 @@ func (g *Guard) Observed() bool { return g.observed.Load() }
 // of images gone from the node. At most limit images are asked per look;
 // the first look that asks them all, uninterrupted, makes the node
 // observed. It reports whether the look was whole.
-func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, limit int) bool {
+func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, listedAt time.Time, limit int) bool {
 	if !g.observed.Load() {
 		limit = len(images)
 	}
@@ -459,11 +474,12 @@ func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, limit 
 			continue
 		}
 		asked++
-		if _, ok := g.learnLayers(ctx, img.ID, seen, true); !ok && g.restricts(img.ID) {
+		if _, _, kept := g.learnLayers(ctx, img.ID, seen, true); !kept && g.restricts(img.ID) {
 			g.unknownLayers.add(img.ID, seen)
 		}
 	}
-	g.unknownLayers.retain(func(ref string) bool { return present[ref] })
+	// Marks set since the list was taken are of images it may not show.
+	g.unknownLayers.retain(func(ref string) bool { return present[ref] }, listedAt)
 	if whole && ctx.Err() == nil && !g.observed.Load() {
 		g.observed.Store(true)
 		g.log.Info("the node's images are observed: those found now count as there before the proxy", "images", len(images))

@@ -2,6 +2,7 @@ package ensure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
@@ -78,11 +79,101 @@ func (g *Guard) settleLocked(ctx context.Context, images []crireq.Image) (conver
 	return converted, len(keep), nil
 }
 
+// settleKept settles the kept intents whose image images (the runtime's
+// list) shows: before any look decides what the node's images are, so
+// that an image a cut pull or a crash left is tracked, with its layers,
+// never taken for one that was there before.
+func (g *Guard) settleKept(ctx context.Context, images []crireq.Image) {
+	if !g.hasLeftover() {
+		return
+	}
+	g.leftoverMu.Lock()
+	before := g.keptSinceLocked()
+	c, k, err := g.settleLocked(ctx, images)
+	settled := g.settledSinceLocked(before)
+	g.leftoverMu.Unlock()
+	if err != nil {
+		g.log.Warn("settling kept pull intents failed; they stay", "err", err)
+	} else if c > 0 {
+		g.log.Info("settled kept pull intents", "toRecords", c, "kept", k)
+	}
+	g.trackArrivedSince(ctx, images, settled)
+}
+
+// keptSinceLocked is a copy of the intents kept in this daemon's life,
+// by ID, with when their pull began; g.leftoverMu is held.
+func (g *Guard) keptSinceLocked() map[string]keptIntent {
+	out := make(map[string]keptIntent, len(g.keptSince))
+	for id, k := range g.keptSince {
+		out[id] = k
+	}
+	return out
+}
+
+// settledSinceLocked returns those of before no longer kept (settled),
+// and forgets them; g.leftoverMu is held.
+func (g *Guard) settledSinceLocked(before map[string]keptIntent) []keptIntent {
+	kept := map[string]bool{}
+	for _, in := range g.leftover {
+		kept[in.ID] = true
+	}
+	var out []keptIntent
+	for id, k := range before {
+		if !kept[id] {
+			out = append(out, k)
+			delete(g.keptSince, id)
+		}
+	}
+	return out
+}
+
+// keptIntent is an intent kept in this daemon's life: its pull's
+// repository, and when that pull began.
+type keptIntent struct {
+	repo  string
+	since time.Time
+}
+
+// trackArrivedSince tracks, for each settled intent of a pull cut short,
+// every image of its repository that has no record and was not known to
+// be on the node before that pull began: the cut pull may have created it
+// (containerd creates the image after its client's cancel) under the name
+// as it was then, which a tag moved since no longer shows. images is the
+// runtime's list; nil asks the runtime.
+func (g *Guard) trackArrivedSince(ctx context.Context, images []crireq.Image, settled []keptIntent) {
+	if len(settled) == 0 {
+		return
+	}
+	if images == nil {
+		var err error
+		if images, err = g.runtime.Images(ctx); err != nil {
+			g.log.Warn("listing the node's images after a cut pull was settled failed; the next GC run looks", "err", err)
+			return
+		}
+	}
+	for _, img := range images {
+		if _, err := g.store.Get(img.ID); !errors.Is(err, ErrNotFound) || g.unrecorded.has(img.ID) {
+			continue // a record (readable or not) decides it
+		}
+		for _, k := range settled {
+			if !g.listedAs(k.repo, img.Names) {
+				continue
+			}
+			if l, ok := g.store.Layers(img.ID); ok && l.Seen.Before(k.since) && g.observed.Load() {
+				continue // on the node before the cut pull began
+			}
+			g.track(ctx, img, "an image of a repository a cut pull was of appeared since: tracked as pulled with no verified credential; every pod must pull it",
+				"not known on the node before the cut pull of "+k.repo+" began")
+			break
+		}
+	}
+}
+
 // settlePulled settles the kept intents of image once a pull of it
 // through the proxy succeeded and its record was written: the record
 // tracks what the name stands for, so the intents of earlier pulls of it
 // protect nothing more.
-func (g *Guard) settlePulled(image string) {
+func (g *Guard) settlePulled(ctx context.Context, image string) {
 	if !g.hasLeftover() {
 		return
 	}
@@ -91,7 +182,16 @@ func (g *Guard) settlePulled(image string) {
 		return
 	}
 	g.leftoverMu.Lock()
-	defer g.leftoverMu.Unlock()
+	before := g.keptSinceLocked()
+	g.settlePulledLocked(name)
+	settled := g.settledSinceLocked(before)
+	g.leftoverMu.Unlock()
+	g.trackArrivedSince(ctx, nil, settled)
+}
+
+// settlePulledLocked drops the kept intents of the normalized name;
+// g.leftoverMu is held.
+func (g *Guard) settlePulledLocked(name string) {
 	keep := g.leftover[:0:0]
 	for _, in := range g.leftover {
 		if n, _ := imageref.Normalized(in.Image); n != name {
@@ -112,11 +212,21 @@ func (g *Guard) settlePulled(image string) {
 // keepIntent keeps a pull's intent whose outcome is not known: like those
 // a crash left, it counts as a pull in flight of repo until a GC run (or
 // the next start) finds what its image is, or a later pull of it settles.
-func (g *Guard) keepIntent(in Intent, repo string) {
+//
+// since is when the pull began, for an intent kept because the runtime's
+// pull was cut short (the zero time otherwise): whatever image of its
+// repository appears on the node from then on may be the cut pull's.
+func (g *Guard) keepIntent(in Intent, repo string, since time.Time) {
 	g.pending.inc(repo)
 	g.leftoverMu.Lock()
 	defer g.leftoverMu.Unlock()
 	g.setLeftover(append(g.leftover, in))
+	if !since.IsZero() {
+		if g.keptSince == nil {
+			g.keptSince = map[string]keptIntent{}
+		}
+		g.keptSince[in.ID] = keptIntent{repo: repo, since: since}
+	}
 }
 
 // setLeftover replaces the leftover intents; g.leftoverMu is held.
@@ -154,28 +264,22 @@ func listedID(byName map[string]string, image string) string {
 // the runtime cannot be asked, nothing is dropped.
 func (g *Guard) GC(ctx context.Context) (records, grants int, err error) {
 	until := g.clock.Now().Add(-g.grace)
+	listedAt := g.clock.Now()
 	images, err := g.runtime.Images(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("gc: list images: %w", err)
 	}
-	g.leftoverMu.Lock()
-	if len(g.leftover) > 0 {
-		if c, k, err := g.settleLocked(ctx, images); err != nil {
-			g.log.Warn("settling kept pull intents failed; they stay", "err", err)
-		} else if c > 0 {
-			g.log.Info("settled kept pull intents", "toRecords", c, "kept", k)
-		}
-	}
-	g.leftoverMu.Unlock()
+	g.settleKept(ctx, images)
 	if records, err = g.prune(images, until); err != nil {
 		return 0, 0, err
 	}
-	g.observeLayers(ctx, images, observeLimit)
+	g.observeLayers(ctx, images, listedAt, observeLimit)
 	alive, err := g.runtime.PodUIDs(ctx)
 	if err != nil {
 		return records, 0, fmt.Errorf("gc: list pod sandboxes: %w", err)
 	}
 	grants = g.grants.gc(func(uid string) bool { return alive[uid] }, until)
+	g.removals.gc(until)
 	// A run decodes the runtime's whole image and sandbox lists (a few MiB
 	// on a busy node), garbage the moment it ends. With the daemon's GOGC
 	// of 300 the heap would keep that room for minutes: measured +8 MiB
@@ -214,6 +318,7 @@ func (g *Guard) Remove(ctx context.Context, q crireq.ImageQuery, remove func(con
 	unlock := g.refs.lock(ref)
 	defer unlock()
 	if _, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: ref}); err == nil && !present {
+		g.removals.note(ref, g.clock.Now())
 		if _, err := g.store.Forget(ref); err != nil {
 			g.log.Error("dropping the record of a removed image failed; GC will", "imageRef", ref, "err", err)
 		}

@@ -62,6 +62,10 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 	if ok {
 		return before, nil
 	}
+	// Before the runtime is asked what the name stands for: a removal of
+	// that image from then on (RemoveImage forgets its record) leaves no
+	// name of it to pass for preloaded.
+	began := g.clock.Now()
 	if before == "" {
 		// What the name stands for before the pull, so that a pull that
 		// fails can be told from one that left a new image. Unknown ("") if
@@ -86,11 +90,16 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 	defer g.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
 	// is written (or it failed).
-	run := &pullRun{image: req.Image, repo: repo, pod: req.Pod, intent: intent, before: before, flight: g.flights.start()}
+	run := &pullRun{image: req.Image, repo: repo, pod: req.Pod, intent: intent, before: before, began: began, flight: g.flights.start()}
 	defer g.flights.end(run.flight)
 	pulled, used, err := tries(ctx, func(ctx context.Context, cred registry.Credential, forward Forward) (string, error) {
 		if g.registry == nil {
-			return forward(ctx) // tests of the rest only: the daemon always has a registry check
+			// Tests of the rest only: the daemon always has a registry check.
+			ref, err := forward(ctx)
+			if cutShort(ctx, err) {
+				run.stopped = true
+			}
+			return ref, err
 		}
 		ref, v, err := g.Verify(ctx, run, cred, forward)
 		if err == nil {
@@ -200,13 +209,16 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 // was private on the node before the proxy first saw it
 // (cameWithPrivateLayers): it was never free, whatever its names.
 //
-// None either before the proxy has observed the node (a look at its
+// None either when the image was removed through the proxy since the pull
+// began (its record, forgotten, may have been a tenant's), or before the
+// proxy has observed the node (a look at its
 // images that succeeded): what was there before cannot be told yet.
 //
 // What is left out needs verification, as an image without preloaded
 // names does: the error is on the safe side. See decide for what the names then allow.
-func (g *Guard) listedBefore(ctx context.Context, image, repo, ref, before string, fl *layerFlight) []string {
-	if !g.observed.Load() {
+func (g *Guard) listedBefore(ctx context.Context, run *pullRun, ref string) []string {
+	image, repo, before, fl := run.image, run.repo, run.before, run.flight
+	if !g.observed.Load() || g.removals.since(ref, run.began) {
 		return nil
 	}
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {

@@ -59,8 +59,9 @@ type pullRun struct {
 	// intent is the pull's durable intent.
 	intent string
 	// before is the image the name stood for before the pull ("" when
-	// absent or not known).
+	// absent or not known); began is when the pull asked.
 	before string
+	began  time.Time
 	// flight holds the pull's layers for the other pulls in flight.
 	flight *layerFlight
 	// stopped says a try's runtime pull was stopped, by the proxy or its
@@ -69,6 +70,15 @@ type pullRun struct {
 	stopped bool
 	// verified is the registry's word on the try that succeeded.
 	verified *RegistryVerification
+}
+
+// keptSince is when the pull began, for an intent kept because a try's
+// runtime pull was cut short (the zero time otherwise).
+func (run *pullRun) keptSince() time.Time {
+	if run.stopped {
+		return run.began
+	}
+	return time.Time{}
 }
 
 // endOf names how a pull that failed with err ended.
@@ -110,7 +120,10 @@ const settleTimeout = 10 * time.Second
 // end left the name standing for ("" when none or not known), and whether
 // the verified credential was recorded.
 func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled string, cred Credential) (string, bool) {
-	cut := run.stopped || end == endCut || end == endStopped
+	// Only a runtime's pull cut short leaves the runtime's word unknown: a
+	// pull cut before the runtime was asked, or after it answered, left
+	// what the runtime says now.
+	cut := run.stopped
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	keep := Intent{ID: run.intent, Image: run.image}
@@ -122,17 +135,17 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
 		switch {
 		case err != nil:
-			g.keepIntent(keep, run.repo)
+			g.keepIntent(keep, run.repo, run.keptSince())
 			g.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
 			return "", false
 		case !present || img.ID == run.before:
 			if cut {
-				g.keepIntent(keep, run.repo)
+				g.keepIntent(keep, run.repo, run.keptSince())
 				g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
 				return "", false
 			}
 			if err := g.store.DropIntent(run.intent); err != nil {
-				g.keepIntent(keep, run.repo)
+				g.keepIntent(keep, run.repo, time.Time{})
 				g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
 			}
 			return "", false
@@ -140,8 +153,7 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		id = img.ID
 	}
 	unlock := g.refs.lock(id)
-	defer unlock()
-	preloaded := g.listedBefore(ctx, run.image, run.repo, id, run.before, run.flight)
+	preloaded := g.listedBefore(ctx, run, id)
 	intent := run.intent
 	if cut {
 		// The runtime's last word on a stopped try is not known: whatever
@@ -156,20 +168,24 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	} else {
 		err = g.store.RecordPull(id, run.repo, cred, intent, g.clock.Now(), preloaded)
 	}
-	if end != endVerified || run.verified == nil || !run.verified.LayersKnown {
+	if err != nil || end != endVerified || run.verified == nil || !run.verified.LayersKnown {
+		// Not kept with the record: learnt from the runtime, or marked
+		// unknown (a record that failed restricts the image meanwhile).
 		g.keepLayers(ctx, id, err != nil || !cred.Node)
 	}
 	if err != nil {
 		g.recordFailed(run.image, run.repo, id, run.intent, err)
+		unlock()
 		return id, false
 	}
+	unlock()
 	if end == endVerified {
 		// The record tracks what the name stands for: the intents earlier
 		// pulls of it kept protect nothing more.
-		g.settlePulled(run.image)
+		g.settlePulled(ctx, run.image)
 	}
 	if cut {
-		g.keepIntent(keep, run.repo)
+		g.keepIntent(keep, run.repo, run.keptSince())
 	}
 	if end == endVerified {
 		return id, true
@@ -185,7 +201,7 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 // every layer the node holds counts as one it may hold, and so as private
 // (layerPrivate).
 func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool) {
-	if _, ok := g.learnLayers(ctx, imageRef, g.clock.Now(), true); !ok && restricts {
+	if _, _, kept := g.learnLayers(ctx, imageRef, g.clock.Now(), true); !kept && restricts {
 		g.unknownLayers.add(imageRef, g.clock.Now())
 		g.log.Warn("the runtime does not say which layers an image holds; every layer on the node counts as private until it does",
 			"imageRef", imageRef)
@@ -197,7 +213,7 @@ func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool)
 // counter does, the image counts as pulled by the proxy with no verified
 // credential, by its repository and by its ID: never as preloaded.
 func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
-	g.keepIntent(Intent{ID: intent, Image: image}, repo)
+	g.keepIntent(Intent{ID: intent, Image: image}, repo, time.Time{})
 	g.unrecorded.inc(ref)
 	g.metrics.recordErr.Inc()
 	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
@@ -246,11 +262,13 @@ func (u *unknownLayerTable) earliestBut(self string) (time.Time, bool) {
 }
 
 // retain drops the images keep refuses (gone from the node).
-func (u *unknownLayerTable) retain(keep func(imageRef string) bool) {
+// retain drops the images keep refuses (gone from the node, as a list of
+// its images taken at listedAt tells), marked before that list.
+func (u *unknownLayerTable) retain(keep func(imageRef string) bool, listedAt time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for ref := range u.m {
-		if !keep(ref) {
+	for ref, at := range u.m {
+		if at.Before(listedAt) && !keep(ref) {
 			delete(u.m, ref)
 		}
 	}
@@ -264,4 +282,38 @@ func (u *unknownLayerTable) list() []string {
 		out = append(out, ref)
 	}
 	return out
+}
+
+// removalTable remembers when images were removed through the proxy
+// (RemoveImage forgot their records), for the pulls under way then.
+type removalTable struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func newRemovalTable() *removalTable { return &removalTable{m: map[string]time.Time{}} }
+
+func (r *removalTable) note(imageRef string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[imageRef] = at
+}
+
+// since reports whether imageRef was removed at t or later.
+func (r *removalTable) since(imageRef string, t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.m[imageRef]
+	return ok && !at.Before(t)
+}
+
+// gc forgets the removals before until: no pull runs that long.
+func (r *removalTable) gc(until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ref, at := range r.m {
+		if at.Before(until) {
+			delete(r.m, ref)
+		}
+	}
 }

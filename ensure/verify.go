@@ -10,6 +10,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
@@ -181,7 +183,9 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 		select {
 		case <-allowed:
 		case <-pullCtx.Done():
-			done <- outcome{err: pullCtx.Err()} // never asked: nothing to settle of this try
+		}
+		if err := pullCtx.Err(); err != nil {
+			done <- outcome{err: err} // never asked: nothing to settle of this try
 			return
 		}
 		ref, err := forward(pullCtx)
@@ -205,19 +209,21 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 	if !waited {
 		// The check ended first (a refusal, the registry unreachable, the
 		// image policy): the runtime's pull is not wanted; it ends.
-		stop()
-		out = <-done
-		if out.started && out.err != nil && pullCtx.Err() != nil {
-			// Stopped before it answered: containerd goes on after its
-			// client's cancel and may create the image a moment later.
-			run.stopped = true
+		select {
+		case out = <-done: // it had answered already: its word is known
+		default:
+			stop()
+			out = <-done
 		}
+	}
+	if out.started && cutShort(pullCtx, out.err) {
+		// Stopped (by the proxy or its caller) before it answered:
+		// containerd goes on after its client's cancel and may create the
+		// image a moment later.
+		run.stopped = true
 	}
 	switch {
 	case waited && out.err != nil:
-		if pullCtx.Err() != nil {
-			run.stopped = true // the caller went away mid-pull
-		}
 		return "", res, out.err // the runtime's own answer: injection may try the next credential
 	case errors.As(err, new(policyRefusal)):
 		return "", res, err // the image policy's, as it words it for the pod
@@ -233,6 +239,20 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 		return "", res, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 	}
 	return out.ref, res, nil
+}
+
+// cutShort reports whether a runtime's pull under ctx ended with err
+// because ctx ended (the runtime's answer is then only its client's
+// cancel, not its word on the pull): a cancellation, with ctx done.
+func cutShort(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() == nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // pulledImage is what the runtime proved of the image ref it holds for
