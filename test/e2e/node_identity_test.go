@@ -172,7 +172,8 @@ func (e *nodeEnv) scenarioDoctor(t *testing.T) {
 		return string(out), err
 	}
 	out, err := doctor(e.proxy.sock)
-	if err != nil || strings.Count(out, "ok    ") != 4 || !strings.Contains(out, "containerRuntimeEndpoint), the proxy's socket") {
+	// Four checks of the kubelet's and one of the registry check's configuration.
+	if err != nil || strings.Count(out, "ok    ") != 5 || !strings.Contains(out, "containerRuntimeEndpoint), the proxy's socket") || !strings.Contains(out, "registry check: reads") {
 		t.Errorf("doctor with the kubelet on the proxy: %v\n%s", err, out)
 	}
 	t.Logf("doctor:\n%s", out)
