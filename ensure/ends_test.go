@@ -527,3 +527,51 @@ func TestAHideOfAnImageGoneSinceAnswersNoPull(t *testing.T) {
 		t.Errorf("the pull was answered from the node, and the node holds the image: %v", s.node.has(refApp))
 	}
 }
+
+// TestARuntimeThatWritesBareIDs: CRI-O writes image IDs as bare hex
+// (containerd as "sha256:<hex>"): the guard records A's pull, hides the
+// image from B and refuses B's container by either form of the ID and by
+// prefix, answers A's second pod from the node in the runtime's own form,
+// learns the image's layers from the config CRI-O gives, and keeps one
+// record per image.
+func TestARuntimeThatWritesBareIDs(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s.checked = true
+	s.node.bareIDs = true
+	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	bare := strings.TrimPrefix(refApp, "sha256:")
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s\n%s", got, s.log.String())
+	}
+	if _, err := s.store.Get(refApp); err != nil {
+		t.Fatalf("A's pull left no record under %s: %v", refApp, err)
+	}
+	if l, ok := s.store.Layers(refApp); !ok || len(l.DiffIDs) == 0 {
+		t.Errorf("the image's layers are not kept: %+v, %v", l, ok)
+	}
+	if n, _, _ := s.store.Counts(); n != 1 {
+		t.Errorf("%d records, want one", n)
+	}
+	if got := s.start(podB, private, "Never"); got != errNeverPull {
+		t.Errorf("B, Never, by name: %s, want %s", got, errNeverPull)
+	}
+	for _, ref := range []string{bare, refApp, bare[:16]} {
+		if err := s.create(podB, ref, ""); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("B's container of %s: %v, want PermissionDenied", ref, err)
+		}
+	}
+	ctx := context.Background()
+	spec := &runtimeapi.ImageSpec{Image: private}
+	if st, err := s.imageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}); err != nil || st.GetImage() != nil {
+		t.Fatalf("A's second pod's ImageStatus: %v, %v; want hidden", st, err)
+	}
+	before := s.node.registryRequests()
+	resp, err := s.guard.PullImage(ctx, pullOf(private, podA2), s.runtimePull)
+	if err != nil || resp.GetImageRef() != bare || s.node.registryRequests() != before {
+		t.Errorf("A's second pod's pull: %v, %v, %d registry requests; want %s from the node", resp, err, s.node.registryRequests()-before, bare)
+	}
+	if err := s.create(podA2, bare, private); err != nil {
+		t.Errorf("A's second pod's container: %v", err)
+	}
+}

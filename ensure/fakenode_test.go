@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
@@ -59,6 +60,18 @@ type fakeNode struct {
 	checkGate chan struct{}
 	// listErr, when set, fails ListImages (the runtime not answering yet).
 	listErr error
+	// bareIDs makes the runtime write image IDs as bare hex, as CRI-O does.
+	bareIDs bool
+}
+
+// out is img as the runtime answers it; n.mu is held.
+func (n *fakeNode) out(img *runtimeapi.Image) *runtimeapi.Image {
+	if !n.bareIDs || img == nil {
+		return img
+	}
+	c := proto.CloneOf(img)
+	c.Id = strings.TrimPrefix(c.Id, "sha256:")
+	return c
 }
 
 // layersOf is image id's diff_ids; n.mu is held.
@@ -136,9 +149,14 @@ func (n *fakeNode) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusR
 	resp, err := n.imageStatus(req)
 	if err == nil && req.GetVerbose() && resp.GetImage() != nil {
 		n.mu.Lock()
-		if !n.noConfig {
-			info, _ := json.Marshal(map[string]any{"chainID": "sha256:x", "imageSpec": map[string]any{
-				"rootfs": map[string]any{"type": "layers", "diff_ids": n.layersOf(resp.Image.Id)}}})
+		switch config := map[string]any{"rootfs": map[string]any{"type": "layers", "diff_ids": n.layersOf("sha256:" + strings.TrimPrefix(resp.Image.Id, "sha256:"))}}; {
+		case n.noConfig:
+		case n.bareIDs:
+			// As CRI-O: the image's config itself, under "imageSpec".
+			spec, _ := json.Marshal(config)
+			resp = &runtimeapi.ImageStatusResponse{Image: resp.Image, Info: map[string]string{"imageSpec": string(spec)}}
+		default:
+			info, _ := json.Marshal(map[string]any{"chainID": "sha256:x", "imageSpec": config})
 			resp = &runtimeapi.ImageStatusResponse{Image: resp.Image, Info: map[string]string{"info": string(info)}}
 		}
 		n.mu.Unlock()
@@ -163,17 +181,17 @@ func (n *fakeNode) imageStatus(req *runtimeapi.ImageStatusRequest) (*runtimeapi.
 		return nil, status.Errorf(codes.InvalidArgument, "invalid image reference %q", name)
 	}
 	if img := n.local[name]; img != nil {
-		return &runtimeapi.ImageStatusResponse{Image: img}, nil
+		return &runtimeapi.ImageStatusResponse{Image: n.out(img)}, nil
 	}
 	if img := n.local[norm(name)]; img != nil {
-		return &runtimeapi.ImageStatusResponse{Image: img}, nil
+		return &runtimeapi.ImageStatusResponse{Image: n.out(img)}, nil
 	}
 	// As containerd: a name that is no reference it holds may be an ID, in
 	// full or a prefix of one.
 	if len(name) >= 12 {
 		for k, img := range n.local {
 			if strings.HasPrefix(k, "sha256:"+strings.TrimPrefix(name, "sha256:")) {
-				return &runtimeapi.ImageStatusResponse{Image: img}, nil
+				return &runtimeapi.ImageStatusResponse{Image: n.out(img)}, nil
 			}
 		}
 	}
@@ -191,7 +209,7 @@ func (n *fakeNode) ListImages(context.Context, *runtimeapi.ListImagesRequest, ..
 	for _, img := range n.local {
 		if !seen[img.Id] {
 			seen[img.Id] = true
-			resp.Images = append(resp.Images, img)
+			resp.Images = append(resp.Images, n.out(img))
 		}
 	}
 	return resp, nil
@@ -231,6 +249,9 @@ func (n *fakeNode) PullImage(_ context.Context, req *runtimeapi.PullImageRequest
 		n.mu.Unlock()
 		after(id)
 		n.mu.Lock()
+	}
+	if n.bareIDs {
+		id = strings.TrimPrefix(id, "sha256:")
 	}
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
 }

@@ -39,7 +39,8 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 				return nil, err
 			}
 			if resp == nil || resp.GetImageRef() != ref {
-				resp = &runtimeapi.PullImageResponse{ImageRef: ref} // answered from the node
+				// Answered from the node: the ID as the runtime writes it.
+				resp = &runtimeapi.PullImageResponse{ImageRef: g.runtime.RuntimeID(ref)}
 			}
 			return resp, nil
 		}
@@ -61,5 +62,5 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	case answered != nil && answered.GetImageRef() == ref:
 		return answered, nil // the runtime's answer, as it gave it
 	}
-	return &runtimeapi.PullImageResponse{ImageRef: ref}, nil // answered from the node
+	return &runtimeapi.PullImageResponse{ImageRef: g.runtime.RuntimeID(ref)}, nil // answered from the node
 }

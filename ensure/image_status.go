@@ -6,6 +6,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // ImageStatus is the CRI adapter of Hide: a present image the guard hides
@@ -21,7 +22,7 @@ func (g *Guard) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequ
 		g.hidden.forget(req.GetImage().GetImage())
 		return resp, nil
 	}
-	if g.Hide(ctx, req.GetImage().GetImage(), resp.Image.GetId(), resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
+	if g.Hide(ctx, req.GetImage().GetImage(), imageref.CanonicalID(resp.Image.GetId()), resp.Image.GetRepoTags(), resp.Image.GetRepoDigests()) {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
 	return resp, nil

@@ -9,7 +9,9 @@ import (
 )
 
 // Runtime is what the enforcer asks the container runtime, in its own
-// terms: no CRI type crosses it. CRIRuntime adapts the CRI clients.
+// terms: no CRI type crosses it. CRIRuntime adapts the CRI clients. Image
+// IDs cross it in their canonical form, "sha256:<hex>", whichever form the
+// runtime writes them in (CRI-O's bare hex included).
 type Runtime interface {
 	// Image returns the image q names (by name, image ID or ID prefix), as
 	// the runtime resolves it; ok is false when it has no such image. An
@@ -27,6 +29,10 @@ type Runtime interface {
 	PodUID(ctx context.Context, sandboxID string) (string, error)
 	// PodUIDs returns the UIDs of the pods the runtime has sandboxes of.
 	PodUIDs(ctx context.Context) (map[string]bool, error)
+	// RuntimeID is an image ID (the guard keeps them in the canonical form,
+	// imageref.CanonicalID) as the runtime writes it: what the guard answers
+	// in the runtime's place.
+	RuntimeID(id string) string
 }
 
 // Image is an image of the node, as the Runtime answers it.

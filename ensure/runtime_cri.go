@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // criImages is the part of the ImageService the enforcer asks, around the
@@ -27,14 +28,21 @@ type criSandboxes interface {
 // CRIRuntime is the Runtime of a CRI runtime's clients (or anything with
 // their methods: a fake in tests).
 func CRIRuntime(images criImages, sandboxes criSandboxes) Runtime {
-	return criRuntime{crireq.RuntimeImages(images), images, sandboxes}
+	form := &crireq.IDForm{}
+	return criRuntime{crireq.RuntimeImagesIn(images, form), images, sandboxes, form}
 }
 
 type criRuntime struct {
 	image     crireq.Images
 	images    criImages
 	sandboxes criSandboxes
+	// form is the runtime's way of writing image IDs: the guard keeps them
+	// canonical, and asks (and answers for) the runtime in its own.
+	form *crireq.IDForm
 }
+
+// RuntimeID is an image ID as the runtime writes it.
+func (r criRuntime) RuntimeID(id string) string { return r.form.Out(id) }
 
 func (r criRuntime) Image(ctx context.Context, q crireq.ImageQuery) (crireq.Image, bool, error) {
 	return r.image.Image(ctx, q)
@@ -47,15 +55,41 @@ func (r criRuntime) Image(ctx context.Context, q crireq.ImageQuery) (crireq.Imag
 // verbose status with other info, and other runtimes may give none: then
 // ok is false, and the layers count as unseen.
 func (r criRuntime) ImageLayers(ctx context.Context, imageID string) ([]digest.Digest, bool, error) {
-	resp, err := r.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: imageID}, Verbose: true})
+	resp, err := r.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: r.form.Out(imageID)}, Verbose: true})
 	if err != nil {
 		return nil, false, err
 	}
-	if resp.GetImage().GetId() != imageID {
+	r.form.Learn(resp.GetImage().GetId())
+	if imageref.CanonicalID(resp.GetImage().GetId()) != imageref.CanonicalID(imageID) {
 		return nil, false, nil // another image (a prefix), or none
 	}
-	diffIDs, ok := diffIDsOfInfo(resp.GetInfo()["info"])
+	if diffIDs, ok := diffIDsOfInfo(resp.GetInfo()["info"]); ok {
+		return diffIDs, true, nil
+	}
+	// CRI-O: the image's OCI config itself, under "imageSpec".
+	diffIDs, ok := diffIDsOfConfig(resp.GetInfo()["imageSpec"])
 	return diffIDs, ok, nil
+}
+
+// imageSpecRootFS is what the proxy reads of an OCI image config.
+type imageSpecRootFS struct {
+	RootFS struct {
+		Type    string          `json:"type"`
+		DiffIDs []digest.Digest `json:"diff_ids"`
+	} `json:"rootfs"`
+}
+
+// diffIDs are the config's layers; false when it names none validly.
+func (c *imageSpecRootFS) diffIDs() ([]digest.Digest, bool) {
+	if c == nil || c.RootFS.Type != "layers" {
+		return nil, false
+	}
+	for _, d := range c.RootFS.DiffIDs {
+		if d.Validate() != nil {
+			return nil, false
+		}
+	}
+	return c.RootFS.DiffIDs, true
 }
 
 // diffIDsOfInfo reads rootfs.diff_ids from containerd's verbose image
@@ -65,22 +99,26 @@ func diffIDsOfInfo(info string) ([]digest.Digest, bool) {
 		return nil, false
 	}
 	var v struct {
-		ImageSpec *struct {
-			RootFS struct {
-				Type    string          `json:"type"`
-				DiffIDs []digest.Digest `json:"diff_ids"`
-			} `json:"rootfs"`
-		} `json:"imageSpec"`
+		ImageSpec *imageSpecRootFS `json:"imageSpec"`
 	}
-	if err := json.Unmarshal([]byte(info), &v); err != nil || v.ImageSpec == nil || v.ImageSpec.RootFS.Type != "layers" {
+	if err := json.Unmarshal([]byte(info), &v); err != nil {
 		return nil, false
 	}
-	for _, d := range v.ImageSpec.RootFS.DiffIDs {
-		if d.Validate() != nil {
-			return nil, false
-		}
+	return v.ImageSpec.diffIDs()
+}
+
+// diffIDsOfConfig reads rootfs.diff_ids from an OCI image config, as
+// CRI-O gives it whole in its verbose image info's "imageSpec"; false when
+// it is not there or not valid.
+func diffIDsOfConfig(config string) ([]digest.Digest, bool) {
+	if config == "" {
+		return nil, false
 	}
-	return v.ImageSpec.RootFS.DiffIDs, true
+	var c imageSpecRootFS
+	if err := json.Unmarshal([]byte(config), &c); err != nil {
+		return nil, false
+	}
+	return c.diffIDs()
 }
 
 func (r criRuntime) Images(ctx context.Context) ([]crireq.Image, error) {
@@ -90,6 +128,7 @@ func (r criRuntime) Images(ctx context.Context) ([]crireq.Image, error) {
 	}
 	out := make([]crireq.Image, 0, len(resp.GetImages()))
 	for _, img := range resp.GetImages() {
+		r.form.Learn(img.GetId())
 		out = append(out, crireq.ImageOf(img))
 	}
 	return out, nil

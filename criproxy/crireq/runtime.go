@@ -2,6 +2,8 @@ package crireq
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 
 	digest "github.com/opencontainers/go-digest"
 	"google.golang.org/grpc"
@@ -19,11 +21,46 @@ type Image struct {
 }
 
 // ImageOf is a CRI image as an Image.
+//
+// The ID is in its canonical form (imageref.CanonicalID), whichever form
+// the runtime writes it in: CRI-O's bare hex and containerd's
+// "sha256:<hex>" are the same image.
 func ImageOf(img *runtimeapi.Image) Image {
 	names := make([]string, 0, len(img.GetRepoTags())+len(img.GetRepoDigests()))
 	names = append(names, img.GetRepoTags()...)
 	names = append(names, img.GetRepoDigests()...)
-	return Image{ID: img.GetId(), Names: names}
+	return Image{ID: imageref.CanonicalID(img.GetId()), Names: names}
+}
+
+// IDForm is the form a runtime writes image IDs in, learnt from its
+// answers: "sha256:<hex>" (containerd, and until a runtime answers
+// otherwise) or bare hex (CRI-O). The proxy keeps IDs in the canonical
+// form; what it sends the runtime, or answers in its place, is in the
+// runtime's own. It is safe for concurrent use.
+type IDForm struct{ known, bare atomic.Bool }
+
+// Learn notes the form of an ID the runtime answered.
+func (f *IDForm) Learn(id string) {
+	if f == nil || !imageref.IsID(id) {
+		return
+	}
+	if bare := !strings.HasPrefix(id, "sha256:"); bare != f.bare.Load() {
+		f.bare.Store(bare)
+	}
+	f.known.Store(true)
+}
+
+// Out is id (any form) as the runtime writes it; anything but a full ID
+// (a name, a prefix), and anything before the runtime answered an ID, is
+// returned as it is.
+func (f *IDForm) Out(id string) string {
+	if f == nil || !f.known.Load() || !imageref.IsID(id) {
+		return id
+	}
+	if f.bare.Load() {
+		return imageref.BareID(id)
+	}
+	return imageref.CanonicalID(id)
 }
 
 // Images answers which image of the node a query names, as the runtime
@@ -44,15 +81,25 @@ type ImageStatusClient interface {
 
 // RuntimeImages is the Images of a runtime: its ImageStatus, asked
 // directly (around the proxy's interceptors).
-func RuntimeImages(c ImageStatusClient) Images { return runtimeImages{c} }
+func RuntimeImages(c ImageStatusClient) Images { return RuntimeImagesIn(c, &IDForm{}) }
 
-type runtimeImages struct{ c ImageStatusClient }
+// RuntimeImagesIn is RuntimeImages, learning the runtime's ID form in
+// form and asking by ID in it.
+func RuntimeImagesIn(c ImageStatusClient, form *IDForm) Images { return runtimeImages{c, form} }
+
+type runtimeImages struct {
+	c    ImageStatusClient
+	form *IDForm
+}
 
 func (r runtimeImages) Image(ctx context.Context, q ImageQuery) (Image, bool, error) {
-	resp, err := r.c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: q.spec()})
+	spec := q.spec()
+	spec.Image = r.form.Out(spec.Image)
+	resp, err := r.c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
 	if err != nil || resp.GetImage() == nil {
 		return Image{}, false, err
 	}
+	r.form.Learn(resp.Image.GetId())
 	return ImageOf(resp.Image), true, nil
 }
 
@@ -94,7 +141,7 @@ func ListedAs(names *imageref.Names, repo string, lists ...[]string) bool {
 // match another image.
 func ImageID(ctx context.Context, images Images, name, ref string) string {
 	if imageref.IsID(ref) {
-		return ref
+		return imageref.CanonicalID(ref)
 	}
 	if img, ok, err := images.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
 		return img.ID

@@ -120,6 +120,8 @@ func (n node) Images(context.Context) ([]crireq.Image, error) {
 }
 
 func (node) PodUID(context.Context, string) (string, error) { return "", nil }
+func (node) RuntimeID(id string) string                     { return id }
+
 func (node) ImageLayers(context.Context, string) ([]digest.Digest, bool, error) {
 	return nil, false, nil
 }

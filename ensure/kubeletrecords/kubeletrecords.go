@@ -18,6 +18,7 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
 // The kubelet's directory names under <root>/image_manager.
@@ -394,6 +395,14 @@ type ImportReport struct {
 // (ErrRepositoriesUnknown), one with preloaded records only leaves their
 // names out (they need verification).
 func Import(s Store, recs []*Record, pre []*PreloadedRecord, intents []string, node func() ([]records.Image, error)) (rep ImportReport, err error) {
+	// The database keeps image IDs in one form: a kubelet on CRI-O writes
+	// them as bare hex.
+	for _, r := range recs {
+		r.ImageRef = imageref.CanonicalID(r.ImageRef)
+	}
+	for _, p := range pre {
+		p.ImageRef = imageref.CanonicalID(p.ImageRef)
+	}
 	var images []records.Image
 	var nodeErr error
 	asked := false

@@ -118,3 +118,23 @@ func (c *Names) Parse(s string) Name {
 	c.m.Store(s, n)
 	return n
 }
+
+// CanonicalID is an image ID in the one form the proxy keeps and compares:
+// "sha256:" and 64 hex digits. containerd answers IDs in that form, CRI-O
+// as bare hex (the same digest): a bare 64-hex ID gains its "sha256:".
+// Anything else (a name, a prefix) is returned as it is.
+func CanonicalID(id string) string {
+	if len(id) == 64 && IsID(id) {
+		return "sha256:" + id
+	}
+	return id
+}
+
+// BareID is a full image ID without its "sha256:", as CRI-O writes it;
+// anything else is returned as it is.
+func BareID(id string) string {
+	if IsID(id) {
+		return strings.TrimPrefix(id, "sha256:")
+	}
+	return id
+}

@@ -409,6 +409,7 @@ func (m memoryRuntime) Images(context.Context) ([]crireq.Image, error) {
 	return []crireq.Image{m.img}, nil
 }
 func (m memoryRuntime) PodUID(context.Context, string) (string, error) { return "", nil }
+func (m memoryRuntime) RuntimeID(id string) string                     { return id }
 
 // ImageLayers: the bench's image has no layers of note.
 func (m memoryRuntime) ImageLayers(context.Context, string) ([]digest.Digest, bool, error) {
