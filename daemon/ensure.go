@@ -79,6 +79,7 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		return nil, err
 	}
 	d.settleIntents(ctx, guard)
+	endLook := guard.Looking() // pulls wait for the first look (bounded)
 	d.background(func(ctx context.Context) {
 		// The node's images before the first pull: what is preloaded. Until
 		// a look succeeds (the runtime may not answer yet, as at node boot),
@@ -87,6 +88,7 @@ func (d *daemon) enforce(ctx context.Context, e config.EnsureSecretPulledImages)
 		logged := false
 		_ = wait.PollUntilContextCancel(ctx, settleRetryInterval, true, func(ctx context.Context) (bool, error) {
 			err := guard.ObserveLayers(ctx)
+			endLook() // the first try: a look that failed is not waited for again
 			if err != nil && !logged {
 				logged = true
 				d.log.Warn("looking at the node's images failed; retrying, no image counts as preloaded until a look succeeds", "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -573,5 +574,36 @@ func TestARuntimeThatWritesBareIDs(t *testing.T) {
 	}
 	if err := s.create(podA2, bare, private); err != nil {
 		t.Errorf("A's second pod's container: %v", err)
+	}
+}
+
+// TestAPullDuringTheFirstLookWaitsForIt: a pull that comes while the
+// daemon's first look at the node's images is under way (a restart on a
+// node of many images, the kubelet pulling at once) waits for it, and so
+// keeps the names the image was free by before, as after the look.
+func TestAPullDuringTheFirstLookWaitsForIt(t *testing.T) {
+	t.Parallel()
+	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s.unobserved = true
+	s.node.preload("registry.test/base/app:node", refApp)
+	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	endLook := s.guard.Looking()
+	atRuntime := make(chan struct{})
+	var once sync.Once
+	s.node.mu.Lock()
+	s.node.afterPull = func(string) { once.Do(func() { close(atRuntime) }) }
+	s.node.mu.Unlock()
+	pulled := make(chan kubeletResult)
+	go func() { pulled <- s.start(podA, private, "IfNotPresent") }()
+	<-atRuntime // the pull is under way, the look not made yet
+	if err := s.guard.ObserveLayers(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	endLook()
+	if got := <-pulled; got != running {
+		t.Fatalf("A: %s", got)
+	}
+	if got := s.store.Preloaded(refApp); strings.Join(got, ",") != "registry.test/base/app:node" {
+		t.Errorf("preloaded names %q, want the name it was free by before", got)
 	}
 }

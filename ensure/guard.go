@@ -139,6 +139,10 @@ type Guard struct {
 	// (observeLayers): before it, no image counts as preloaded and no
 	// layer as public.
 	observed atomic.Bool
+	// observedNow is closed when observed turns true; looking says a look
+	// is under way, which a pull waits for (observeWait).
+	observedNow chan struct{}
+	looking     atomic.Int32
 	// unknownLayers are the images tracked on the node whose layers the
 	// runtime did not say: every layer counts as private beside them.
 	unknownLayers *unknownLayerTable
@@ -170,7 +174,7 @@ type Guard struct {
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(),
+		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(), observedNow: make(chan struct{}),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials,
 		imagePolicy: opts.ImagePolicy,
 	}

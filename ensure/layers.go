@@ -256,6 +256,7 @@ func (g *Guard) layerChooser(image, repo string, fl *layerFlight, anonymous bool
 		wctx, cancel := context.WithTimeout(ctx, flightWait)
 		known := g.flights.waitKnown(wctx, fl)
 		cancel()
+		g.awaitObserved(ctx) // what was there before decides which layers are public
 		if g.hasLeftover() {
 			// A pull cut short (or a crash) may have left an image since:
 			// the runtime says what it holds now, and what it left is
@@ -434,6 +435,8 @@ func (g *Guard) track(ctx context.Context, img crireq.Image, msg, why string) {
 // one, or a GC run's) has succeeded, the node is not observed: no image
 // counts as preloaded and no layer as public.
 func (g *Guard) ObserveLayers(ctx context.Context) error {
+	g.looking.Add(1)
+	defer g.looking.Add(-1)
 	listedAt := g.clock.Now()
 	images, err := g.runtime.Images(ctx)
 	if err != nil {
@@ -448,6 +451,41 @@ func (g *Guard) ObserveLayers(ctx context.Context) error {
 
 // Observed reports whether a look at the node's images has succeeded.
 func (g *Guard) Observed() bool { return g.observed.Load() }
+
+// Looking says a look at the node's images is about to run (the daemon's
+// first, before it serves): pulls wait for it, as for one under way, until
+// end is called.
+func (g *Guard) Looking() (end func()) {
+	g.looking.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { g.looking.Add(-1) }) }
+}
+
+// observeWait bounds a pull's wait for a look at the node's images that is
+// under way (the daemon's first, over every image of the node).
+const observeWait = time.Minute
+
+// awaitObserved reports whether the node is observed, waiting (bounded by
+// observeWait and ctx) for a look under way: a pull that comes while the
+// daemon's first look runs (a restart on a node of many images, the
+// kubelet pulling at once) decides what was there before with it, rather
+// than without (no preloaded name, no public layer).
+func (g *Guard) awaitObserved(ctx context.Context) bool {
+	if g.observed.Load() {
+		return true
+	}
+	if g.looking.Load() == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, observeWait)
+	defer cancel()
+	select {
+	case <-g.observedNow:
+		return true
+	case <-ctx.Done():
+		return g.observed.Load()
+	}
+}
 
 // observeLayers learns the layers of the node's images the proxy does not
 // know yet, all first seen at the same moment, the look's (the order the
@@ -480,8 +518,8 @@ func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, listed
 	}
 	// Marks set since the list was taken are of images it may not show.
 	g.unknownLayers.retain(func(ref string) bool { return present[ref] }, listedAt)
-	if whole && ctx.Err() == nil && !g.observed.Load() {
-		g.observed.Store(true)
+	if whole && ctx.Err() == nil && g.observed.CompareAndSwap(false, true) {
+		close(g.observedNow)
 		g.log.Info("the node's images are observed: those found now count as there before the proxy", "images", len(images))
 	}
 	for _, img := range images {

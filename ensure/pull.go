@@ -218,7 +218,7 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 // names does: the error is on the safe side. See decide for what the names then allow.
 func (g *Guard) listedBefore(ctx context.Context, run *pullRun, ref string) []string {
 	image, repo, before, fl := run.image, run.repo, run.before, run.flight
-	if !g.observed.Load() || g.removals.since(ref, run.began) {
+	if g.removals.since(ref, run.began) || !g.awaitObserved(ctx) {
 		return nil
 	}
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {

@@ -152,6 +152,9 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		}
 		id = img.ID
 	}
+	// What was on the node before decides the preloaded names: a look under
+	// way is waited for before the image's lock is taken.
+	g.awaitObserved(ctx)
 	unlock := g.refs.lock(id)
 	preloaded := g.listedBefore(ctx, run, id)
 	intent := run.intent
