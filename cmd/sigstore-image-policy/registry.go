@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -95,7 +96,15 @@ func (p *Policy) newRegistry(ctx context.Context, repository string, cred *polic
 	if cred != nil && (cred.Username != "" || cred.Password != "") {
 		auth = authn.FromConfig(authn.AuthConfig{Username: cred.Username, Password: cred.Password})
 	}
-	return &registry{repo: repo, opts: []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth), remote.WithTransport(rt)}}, nil
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth), remote.WithTransport(rt)}
+	// One puller for every request of the run: the registry is pinged and
+	// the credential exchanged once, not per request (each a round trip,
+	// and the image's pull waits for this verdict).
+	puller, err := remote.NewPuller(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &registry{repo: repo, opts: append(opts, remote.Reuse(puller))}, nil
 }
 
 // endpointTransport sends the requests for a registry host to the
@@ -118,34 +127,54 @@ func (t *endpointTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // find returns the signatures of digest: the cosign tag's layers, then
 // the referrers. An error means the registry could not be asked; a
 // signature that cannot be read is a candidate with err.
+//
+// The two places are asked at the same time: the image's pull waits for
+// the verdict, and each is a round trip or more to the registry.
 func (r *registry) find(digest string) ([]candidate, error) {
 	d := r.repo.Digest(digest)
-	var out []candidate
-	tag := r.repo.Tag(strings.Replace(digest, ":", "-", 1) + ".sig")
-	m, err := r.manifest(tag)
-	switch {
-	case isNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("reading %s: %w", tag, err)
-	default:
-		out = append(out, r.legacy("tag "+tag.TagStr(), &m.Manifest)...)
-	}
-	idx, err := remote.Referrers(d, r.opts...)
-	if err != nil && !isNotFound(err) {
-		return nil, fmt.Errorf("listing the referrers of %s: %w", d, err)
-	}
-	if err == nil {
+	var tagged, referred []candidate
+	var tagErr, refErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		tag := r.repo.Tag(strings.Replace(digest, ":", "-", 1) + ".sig")
+		m, err := r.manifest(tag)
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			tagErr = fmt.Errorf("reading %s: %w", tag, err)
+		default:
+			tagged = r.legacy("tag "+tag.TagStr(), &m.Manifest)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		idx, err := remote.Referrers(d, r.opts...)
+		switch {
+		case isNotFound(err):
+			return
+		case err != nil:
+			refErr = fmt.Errorf("listing the referrers of %s: %w", d, err)
+			return
+		}
 		im, err := idx.IndexManifest()
 		if err != nil {
-			return nil, fmt.Errorf("listing the referrers of %s: %w", d, err)
+			refErr = fmt.Errorf("listing the referrers of %s: %w", d, err)
+			return
 		}
 		for _, desc := range im.Manifests {
-			if len(out) >= maxSignatures {
+			if len(referred) >= maxSignatures {
 				break
 			}
-			out = append(out, r.referrer(desc)...)
+			referred = append(referred, r.referrer(desc)...)
 		}
+	}()
+	wg.Wait()
+	if err := errors.Join(tagErr, refErr); err != nil {
+		return nil, err
 	}
+	out := append(tagged, referred...)
 	if len(out) > maxSignatures {
 		out = out[:maxSignatures]
 	}
