@@ -607,3 +607,57 @@ func TestAPullDuringTheFirstLookWaitsForIt(t *testing.T) {
 		t.Errorf("preloaded names %q, want the name it was free by before", got)
 	}
 }
+
+// writeCounter is a RecordStore that counts the writes of pulls.
+type writeCounter struct {
+	ensure.RecordStore
+	writes atomic.Int32
+}
+
+func (w *writeCounter) AddIntent(image string) (string, error) {
+	w.writes.Add(1)
+	return w.RecordStore.AddIntent(image)
+}
+
+func (w *writeCounter) RecordVerifiedPull(ref, repo string, cred ensure.Credential, diffIDs []digest.Digest, intentID string, now time.Time, preloaded []string) error {
+	w.writes.Add(1)
+	return w.RecordStore.RecordVerifiedPull(ref, repo, cred, diffIDs, intentID, now, preloaded)
+}
+
+func (w *writeCounter) RecordPull(ref, repo string, cred ensure.Credential, intentID string, now time.Time, preloaded []string) error {
+	w.writes.Add(1)
+	return w.RecordStore.RecordPull(ref, repo, cred, intentID, now, preloaded)
+}
+
+// TestARecheckOfARecordedCredentialWritesNothing: a pull of a present image
+// (the kubelet's Always policy) that the registry's word answers from the
+// node writes no intent (the runtime is not asked), and, for a credential
+// the record holds and verified a moment ago, no record; a minute later
+// the verification time is written again.
+func TestARecheckOfARecordedCredentialWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	w := &writeCounter{RecordStore: s.store}
+	s.store = w
+	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	if n := w.writes.Load(); n != 2 {
+		t.Errorf("A's first pull wrote %d times, want its intent and its record", n)
+	}
+	w.writes.Store(0)
+	if got := s.start(podA2, private, "Always"); got != running {
+		t.Fatalf("A's second pod, Always: %s", got)
+	}
+	if n := w.writes.Load(); n != 0 {
+		t.Errorf("a re-check answered from the node wrote %d times, want none", n)
+	}
+	s.clock.Step(2 * time.Minute)
+	if got := s.start(podA2, private, "Always"); got != running {
+		t.Fatalf("A's second pod, Always, later: %s", got)
+	}
+	if n := w.writes.Load(); n != 1 {
+		t.Errorf("a re-check two minutes later wrote %d times, want the record's verification time", n)
+	}
+}

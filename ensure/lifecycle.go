@@ -217,6 +217,9 @@ func (g *Guard) settlePulledLocked(name string) {
 // pull was cut short (the zero time otherwise): whatever image of its
 // repository appears on the node from then on may be the cut pull's.
 func (g *Guard) keepIntent(in Intent, repo string, since time.Time) {
+	if in.ID == "" {
+		return // none was written: the runtime was never asked
+	}
 	g.pending.inc(repo)
 	g.leftoverMu.Lock()
 	defer g.leftoverMu.Unlock()

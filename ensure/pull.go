@@ -46,8 +46,9 @@ type Credentials interface {
 // Pull answers a pull. Right after a hide, a pull whose credential (or
 // whose pod, by its secrets or service account) is already verified for
 // the image is answered from the node: its image ID, no registry traffic.
-// Any other pull runs its tries under a durable intent, each checked at
-// the image's registry (Verify) beside the runtime's pull, and, once the
+// Any other pull runs its tries, each checked at the image's registry
+// (Verify) beside the runtime's pull, under a durable intent written
+// before the runtime is first asked (noteIntent), and, once the
 // registry accepted a try's credential, that credential is recorded before
 // the answer. Every allowed pull grants the pod the image.
 func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string, error) {
@@ -76,25 +77,18 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		}
 	}
 
-	intent, err := g.store.AddIntent(req.Image)
-	if err != nil {
-		// As the kubelet: no intent, no pull (a crash could not be told apart
-		// from a preloaded image).
-		g.metrics.recordErr.Inc()
-		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", req.Image, "err", err)
-		// The cause (a path, a disk) is the operator's: the pod's owner
-		// reads this in an event.
-		return "", fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", req.Image, errdefs.ErrUnavailable)
-	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
 	// is written (or it failed).
-	run := &pullRun{image: req.Image, repo: repo, pod: req.Pod, intent: intent, before: before, began: began, flight: g.flights.start()}
+	run := &pullRun{image: req.Image, repo: repo, pod: req.Pod, before: before, began: began, flight: g.flights.start()}
 	defer g.flights.end(run.flight)
 	pulled, used, err := tries(ctx, func(ctx context.Context, cred registry.Credential, forward Forward) (string, error) {
 		if g.registry == nil {
 			// Tests of the rest only: the daemon always has a registry check.
+			if err := g.noteIntent(run); err != nil {
+				return "", err
+			}
 			ref, err := forward(ctx)
 			if cutShort(ctx, err) {
 				run.stopped = true
@@ -147,6 +141,26 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		g.logDecision(ctx, "PullImage: pulled from the registry; the credential could not be recorded, every other pod verifies", req.Image, ref, req.Pod.String(), describe(cred))
 	}
 	return pulled, nil
+}
+
+// noteIntent durably notes the pull's intent, once, before the runtime is
+// first asked: as the kubelet, no intent, no pull (a crash in between
+// could not be told apart from a preloaded image). A pull the registry's
+// word answers from the node writes none: the node does not change.
+func (g *Guard) noteIntent(run *pullRun) error {
+	if run.intent != "" {
+		return nil
+	}
+	intent, err := g.store.AddIntent(run.image)
+	if err != nil {
+		g.metrics.recordErr.Inc()
+		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", run.image, "err", err)
+		// The cause (a path, a disk) is the operator's: the pod's owner
+		// reads this in an event.
+		return fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", run.image, errdefs.ErrUnavailable)
+	}
+	run.intent = intent
+	return nil
 }
 
 // answerFromNode answers a pull that follows a hide when the request's

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -56,7 +57,8 @@ type pullRun struct {
 	image string
 	repo  string
 	pod   crireq.Pod
-	// intent is the pull's durable intent.
+	// intent is the pull's durable intent, written before the runtime is
+	// first asked ("" until then: a pull answered from the node has none).
 	intent string
 	// before is the image the name stood for before the pull ("" when
 	// absent or not known); began is when the pull asked.
@@ -144,6 +146,9 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 				g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
 				return "", false
 			}
+			if run.intent == "" {
+				return "", false // the runtime was never asked: nothing was noted
+			}
 			if err := g.store.DropIntent(run.intent); err != nil {
 				g.keepIntent(keep, run.repo, time.Time{})
 				g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
@@ -165,6 +170,15 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		intent = ""
 	}
 	var err error
+	if end == endVerified && run.intent == "" && !cut && g.verifiedRecently(id, run.repo, cred) {
+		// Answered from the node on the registry's word, for a credential
+		// the record holds and verified a moment ago: nothing to write (a
+		// write is two fsyncs, most of a re-checked pull's cost). A
+		// verification time refreshed at most that often only errs towards
+		// an earlier expiry.
+		unlock()
+		return id, true
+	}
 	if v := run.verified; end == endVerified && v != nil && v.LayersKnown {
 		// The registry vouched for every layer as repo: kept with the record.
 		err = g.store.RecordVerifiedPull(id, run.repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
@@ -195,6 +209,29 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	}
 	g.logDecision(ctx, "PullImage: "+end.String()+", but the image arrived: tracked with no verified credential", run.image, id, run.pod.String(), "every pod verifies")
 	return id, false
+}
+
+// verifyRefresh is how often a re-check of a recorded credential rewrites
+// its verification time.
+const verifyRefresh = time.Minute
+
+// verifiedRecently reports whether the record of imageRef holds cred for
+// repo, verified less than verifyRefresh ago, with its layers known.
+func (g *Guard) verifiedRecently(imageRef, repo string, cred Credential) bool {
+	if _, ok := g.store.Layers(imageRef); !ok {
+		return false
+	}
+	keys := records.CredentialKeys(cred)
+	if len(keys) == 0 {
+		return false
+	}
+	for _, k := range keys {
+		at, ok, err := g.store.VerifiedAt(imageRef, repo, k)
+		if err != nil || !ok || g.clock.Since(at) >= verifyRefresh || at.After(g.clock.Now()) {
+			return false
+		}
+	}
+	return true
 }
 
 // keepLayers learns the layers of an image an end left on the node, from

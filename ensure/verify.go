@@ -93,6 +93,8 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credenti
 		policyFirst = true
 	}
 	if present != "" {
+		// Asked again, not taken from the pull's first look: the image may
+		// have been removed since, and its ID would answer for nothing.
 		held, err := g.pulledImage(ctx, image, repo, present)
 		if err != nil {
 			return "", RegistryVerification{}, err
@@ -158,6 +160,9 @@ func (p policyRefusal) Unwrap() error { return p.error }
 // a pull that fails is answered with the runtime's own error.
 func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, policyFirst bool, forward Forward) (string, registry.Result, error) {
 	image := run.image
+	if err := g.noteIntent(run); err != nil {
+		return "", registry.Result{}, err
+	}
 	type outcome struct {
 		ref     string
 		err     error

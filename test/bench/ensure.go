@@ -111,8 +111,9 @@ func (e *benchEnv) setUpEnsure() error {
 			return err
 		}
 		sock := filepath.Join(e.rig.Dir, v.name+".sock")
-		p, err := e.rig.StartProxy(e.opts.proxy, sock, "--log-level", "info",
-			"--ensure-secret-pulled-images", "--ensure-database", db, "--admin-socket", filepath.Join(dir, "admin.sock"))
+		p, err := e.rig.StartProxy(e.opts.proxy, sock, append([]string{"--log-level", "info",
+			"--ensure-secret-pulled-images", "--ensure-database", db, "--admin-socket", filepath.Join(dir, "admin.sock")},
+			e.profiled("proxy-"+v.name)...)...)
 		if v.records > 1000 {
 			ee.largeAdmin = filepath.Join(dir, "admin.sock")
 		}

@@ -179,9 +179,9 @@ providers:
 	if err := fillDatabase(db, 98); err != nil { // as the ensure proxy it is set beside
 		return err
 	}
-	p, err := e.rig.StartProxy(e.opts.proxy, sock, "--log-level", "info",
+	p, err := e.rig.StartProxy(e.opts.proxy, sock, append([]string{"--log-level", "info",
 		"--ensure-secret-pulled-images", "--ensure-database", db, "--admin-socket", filepath.Join(dir, "admin.sock"),
-		"--image-policy-config", config, "--image-policy-bin-dir", bin)
+		"--image-policy-config", config, "--image-policy-bin-dir", bin}, e.profiled("proxy-ensure-policy")...)...)
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ type benchEnv struct {
 
 	direct, proxied, bare1 *grpc.ClientConn
 	presentImage           string
-	monitoring             string // the proxy's monitoring address, when profiling
+	monitors               map[string]string // proxies' monitoring addresses by name, when profiling
 	inject                 *injectEnv
 	ensure                 *ensureEnv
 	policy                 *policyEnv
@@ -144,13 +144,7 @@ func (e *benchEnv) setUp(parts []part) error {
 	sock := filepath.Join(e.rig.Dir, "bench-proxy.sock")
 	var err error
 	args := []string{"--log-level", "info"}
-	if e.opts.profile != "" {
-		if e.monitoring, err = rig.FreeAddr(); err != nil {
-			return err
-		}
-		args = append(args, "--monitoring-address", e.monitoring, "--profiling")
-	}
-	if e.proxy, err = e.rig.StartProxy(e.opts.proxy, sock, args...); err != nil {
+	if e.proxy, err = e.rig.StartProxy(e.opts.proxy, sock, append(args, e.profiled("proxy")...)...); err != nil {
 		return err
 	}
 	if e.direct, err = rig.DialCRI("unix://" + e.rig.ContainerdSock); err != nil {
@@ -249,13 +243,45 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// profileProxy fetches a CPU profile of the proxy covering the next d
-// into path; the returned function waits for it.
-func (e *benchEnv) profileProxy(path string, d time.Duration) func() {
+// profiled returns, with -profile, the flags that give the proxy named
+// (as the arms' cpu columns name it) a monitoring address serving pprof,
+// noted for profileProxy; nothing without -profile.
+func (e *benchEnv) profiled(name string) []string {
+	if e.opts.profile == "" {
+		return nil
+	}
+	addr, err := rig.FreeAddr()
+	if err != nil {
+		return nil
+	}
+	if e.monitors == nil {
+		e.monitors = map[string]string{}
+	}
+	e.monitors[name] = addr
+	return []string{"--monitoring-address", addr, "--profiling"}
+}
+
+// profileProxy fetches a CPU profile, covering the next d, of the proxy
+// the scenario's proxied arms run on (the last arm's CPU column that names
+// a profiled proxy) into path; the returned function waits for it.
+func (e *benchEnv) profileProxy(sc scenario, path string, d time.Duration) func() {
+	addr := ""
+	for _, a := range sc.arms {
+		for _, c := range a.cpu {
+			if m, ok := e.monitors[c]; ok {
+				addr = m
+			}
+		}
+	}
 	done := make(chan struct{})
+	if addr == "" {
+		e.logf("profile: no profiled proxy in %q", sc.name)
+		close(done)
+		return func() {}
+	}
 	go func() {
 		defer close(done)
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.monitoring, int(d.Seconds()+0.5))
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()+0.5))
 		resp, err := http.Get(url)
 		if err != nil {
 			e.logf("profile: %v", err)

@@ -118,7 +118,7 @@ func scenarioOf(name string, needs []part, build func(e *benchEnv) scenario) mea
 		stopProfile := func() {}
 		if e.opts.profile != "" && sc.name == e.opts.profile {
 			os.MkdirAll(e.opts.out, 0o755)
-			stopProfile = e.profileProxy(filepath.Join(e.opts.out, "proxy-cpu.pprof"), e.duration(sc))
+			stopProfile = e.profileProxy(sc, filepath.Join(e.opts.out, "proxy-cpu.pprof"), e.duration(sc))
 		}
 		rep.results = append(rep.results, e.measure(sc))
 		stopProfile()
