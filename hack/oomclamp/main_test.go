@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func TestSpecFilesFindsWhatTheRuntimeReads(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		// How conmon starts a container.
+		{[]string{"--root", "/r", "create", "--bundle", "/b", "--pid-file", "/p", "id"}, []string{"/b/config.json"}},
+		{[]string{"--root=/r", "run", "-b", "/b", "id"}, []string{"/b/config.json"}},
+		{[]string{"create", "--bundle=/b", "id"}, []string{"/b/config.json"}},
+		{[]string{"create", "id"}, []string{"./config.json"}},
+		{[]string{"--root", "/r", "exec", "--process", "/tmp/p.json", "id"}, []string{"/tmp/p.json"}},
+		{[]string{"--root", "/r", "start", "id"}, nil},
+		{[]string{"--version"}, nil},
+	}
+	for _, tt := range tests {
+		if got := specFiles(tt.args); !slices.Equal(got, tt.want) {
+			t.Errorf("specFiles(%q) = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}
+
+func TestClampRaisesOnlyValuesBelowTheFloor(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in  string
+		floor     int
+		want      int64
+		changed   bool
+		wantOther bool // "other" survives the rewrite
+	}{
+		{"infra container's -998 in config.json", `{"ociVersion":"1.0.2","process":{"oomScoreAdj":-998,"args":["/pause"]},"other":1.5}`, 0, 0, true, true},
+		{"a value above the floor stays", `{"process":{"oomScoreAdj":1000}}`, 0, 1000, false, false},
+		{"the floor is the caller's, not 0", `{"process":{"oomScoreAdj":-998}}`, -500, -500, true, false},
+		{"exec's process file", `{"args":["sh"],"oomScoreAdj":-998}`, 0, 0, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, changed, err := clamp([]byte(tt.in), tt.floor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if changed != tt.changed {
+				t.Fatalf("changed = %v, want %v", changed, tt.changed)
+			}
+			var doc struct {
+				Process *struct {
+					OOMScoreAdj int64 `json:"oomScoreAdj"`
+				} `json:"process"`
+				OOMScoreAdj int64   `json:"oomScoreAdj"`
+				Other       float64 `json:"other"`
+			}
+			if err := json.Unmarshal(out, &doc); err != nil {
+				t.Fatal(err)
+			}
+			got := doc.OOMScoreAdj
+			if doc.Process != nil {
+				got = doc.Process.OOMScoreAdj
+			}
+			if got != tt.want {
+				t.Errorf("oomScoreAdj = %d, want %d", got, tt.want)
+			}
+			if tt.wantOther && doc.Other != 1.5 {
+				t.Errorf("other = %v, want 1.5 kept", doc.Other)
+			}
+		})
+	}
+}
+
+func TestClampFileLeavesAnUnchangedFileAlone(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "config.json")
+	in := "{\"process\": {\"oomScoreAdj\": 5}}\n"
+	if err := os.WriteFile(p, []byte(in), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := clampFile(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != in {
+		t.Errorf("file rewritten: %q", b)
+	}
+}
