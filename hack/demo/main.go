@@ -143,7 +143,7 @@ providers:
 
 	step("tenant B has no credentials: the image is on the node, but not for B (https://github.com/kubernetes/kubernetes/issues/18787)")
 	idOnly := []string{"inspecti", "-o", "go-template", "--template", "{{.status.id}}", image}
-	run("unix://"+r.ContainerdSock, idOnly...)
+	run("unix://"+r.RuntimeSock, idOnly...)
 	crictl(idOnly...)
 	if res := crictl("pull", "--pod-config", tenantB, image); res.Err == nil {
 		return fmt.Errorf("tenant B pulled a private image without credentials")
@@ -187,7 +187,7 @@ providers:
 	if !r.Runtime.Legacy() {
 		step("tenant C, without credentials, mounts A's image as an image volume (by its ID): refused")
 		tenantC := tenant("tenant-c")
-		id := strings.TrimSpace(run("unix://"+r.ContainerdSock, idOnly...).Stdout)
+		id := strings.TrimSpace(run("unix://"+r.RuntimeSock, idOnly...).Stdout)
 		public := r.AnonRegistry + "/" + rig.BusyboxImage // a public image, pulled anonymously
 		crictl("pull", public)
 		vol := filepath.Join(work, "vol.json")
