@@ -23,9 +23,19 @@ func (f *frame) free() {
 // protobuf. Using one codec for both lets typed (intercepted) and raw
 // (pass-through) methods share one server and one client connection.
 //
-// Its name is "proto" so that the content-type on the wire stays
-// application/grpc+proto and the peers see no difference.
+// Its name is "proto", the name of gRPC's own codec, for the server side.
+// Calls to the runtime use clientCodec.
 type codec struct{}
+
+// clientCodec is codec for the proxy's calls to the runtime. gRPC names a
+// forced codec in the request's content-type (application/grpc+NAME);
+// clientCodec has no name, so that calls go out as application/grpc, as
+// the kubelet's do. CRI-O serves CRI and HTTP on one socket and hands a
+// connection to gRPC only when its first request says exactly
+// application/grpc: application/grpc+proto gets the connection reset.
+type clientCodec struct{ codec }
+
+func (clientCodec) Name() string { return "" }
 
 var protoCodec = encoding.GetCodecV2(proto.Name)
 
