@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build-crio.sh: build CRI-O, its pinns helper, the CNI plugins its pod
-# networks need and the runtime wrapper (hack/oomclamp) from the Go module
+# networks need and the runtime wrapper (hack/ociclamp) from the Go module
 # proxy into $TOOLS_DIR/crio-$CRIO_VERSION, where test/rig finds them
 # (RUNTIME=crio). conmon and runc come from Debian (install-deps.sh).
 # What is already built for these versions is kept: a machine builds it
@@ -14,12 +14,14 @@
 #
 # What is in the directory:
 #   crio, pinns      CRI-O and the helper that pins a pod's namespaces
-#   oomclamp         runs an OCI runtime with oomScoreAdj raised to the
-#                    caller's own (these VMs lack CAP_SYS_RESOURCE, and CRI-O
-#                    asks -998 for the infra container); runc is a two-line
-#                    script that runs Debian's runc through it. Not crun,
-#                    CRI-O's upstream default: Debian 12's crun 1.8.1 refuses
-#                    the runtime-spec 1.3 bundles CRI-O 1.35 writes.
+#   ociclamp         runs an OCI runtime with the process asking no more than
+#                    the caller holds: these VMs lack CAP_SYS_RESOURCE, and
+#                    CRI-O asks oom_score_adj -998 for the infra container and
+#                    every capability for a privileged one (hack/ociclamp);
+#                    runc is a two-line script that runs Debian's runc
+#                    through it. Not crun, CRI-O's upstream default: Debian
+#                    12's crun 1.8.1 refuses the runtime-spec 1.3 bundles
+#                    CRI-O 1.35 writes.
 #   cni/             loopback, bridge, host-local (containernetworking/plugins)
 #
 # Env: TOOLS_DIR, CRIO_VERSION (v1.35.2), CNI_PLUGINS_VERSION (v1.10.0: the newest the module
@@ -35,7 +37,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$TOOLS_DIR/crio-$CRIO_VERSION
 # Each part is rebuilt only when what it was built from changed: its stamp
 # names the version (the wrapper: a hash of its source in this checkout).
-oomclamp_sum=$(cat "$repo"/hack/oomclamp/*.go | sha256sum | cut -c1-16)
+ociclamp_sum=$(cat "$repo"/hack/ociclamp/*.go | sha256sum | cut -c1-16)
 fresh() { # fresh STAMP VALUE BINARY...: the binaries exist and were built from VALUE
 	local stamp=$1 value=$2 b
 	shift 2
@@ -45,7 +47,7 @@ fresh() { # fresh STAMP VALUE BINARY...: the binaries exist and were built from 
 need_crio=true need_cni=true need_wrapper=true
 fresh crio.version "$CRIO_VERSION" crio pinns && need_crio=false
 fresh cni.version "$CNI_PLUGINS_VERSION" cni/loopback cni/bridge cni/host-local && need_cni=false
-fresh oomclamp.sum "$oomclamp_sum" oomclamp runc && need_wrapper=false
+fresh ociclamp.sum "$ociclamp_sum" ociclamp runc && need_wrapper=false
 if ! $need_crio && ! $need_cni && ! $need_wrapper; then
 	echo "$OUT"
 	exit 0
@@ -110,14 +112,14 @@ if $need_cni; then
 fi
 
 if $need_wrapper; then
-	step "building the runtime wrapper (hack/oomclamp)"
-	rm -f "$OUT/oomclamp.sum"
-	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/oomclamp.new" ./hack/oomclamp)
-	mv "$OUT/oomclamp.new" "$OUT/oomclamp"
-	printf '#!/bin/sh\n# runc through oomclamp (hack/build-crio.sh says why)\nexec "$(dirname "$0")/oomclamp" %s "$@"\n' "$(command -v runc)" >"$OUT/runc.new"
+	step "building the runtime wrapper (hack/ociclamp)"
+	rm -f "$OUT/ociclamp.sum"
+	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/ociclamp.new" ./hack/ociclamp)
+	mv "$OUT/ociclamp.new" "$OUT/ociclamp"
+	printf '#!/bin/sh\n# runc through ociclamp (hack/build-crio.sh says why)\nexec "$(dirname "$0")/ociclamp" %s "$@"\n' "$(command -v runc)" >"$OUT/runc.new"
 	chmod 0755 "$OUT/runc.new"
 	mv "$OUT/runc.new" "$OUT/runc"
-	echo "$oomclamp_sum" >"$OUT/oomclamp.sum"
+	echo "$ociclamp_sum" >"$OUT/ociclamp.sum"
 fi
 
 step "built in $(($(date +%s) - t0))s: $("$OUT/crio" --version 2>/dev/null | head -1), $(conmon --version | head -1), $(runc --version | head -1)"

@@ -30,6 +30,13 @@ func TestSpecFilesFindsWhatTheRuntimeReads(t *testing.T) {
 	}
 }
 
+// all is every capability but CAP_SYS_RESOURCE, as these VMs bound root.
+var all = func() map[string]bool {
+	m := capSet(1<<41 - 1)
+	delete(m, "CAP_SYS_RESOURCE")
+	return m
+}()
+
 func TestClampRaisesOnlyValuesBelowTheFloor(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -46,7 +53,7 @@ func TestClampRaisesOnlyValuesBelowTheFloor(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, changed, err := clamp([]byte(tt.in), tt.floor)
+			out, changed, err := clamp([]byte(tt.in), limits{oomScoreAdj: tt.floor, bounding: all})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,10 +91,46 @@ func TestClampFileLeavesAnUnchangedFileAlone(t *testing.T) {
 	if err := os.WriteFile(p, []byte(in), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := clampFile(p, 0); err != nil {
+	if err := clampFile(p, limits{bounding: all}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != in {
 		t.Errorf("file rewritten: %q", b)
+	}
+}
+
+func TestClampDropsCapabilitiesOutsideTheBoundingSet(t *testing.T) {
+	t.Parallel()
+	// What CRI-O asks for a privileged container: everything it knows.
+	in := `{"process":{"capabilities":{"bounding":["CAP_CHOWN","CAP_SYS_RESOURCE","CAP_SYS_ADMIN"],"effective":["CAP_SYS_RESOURCE"],"ambient":[]}}}`
+	out, changed, err := clamp([]byte(in), limits{bounding: all})
+	if err != nil || !changed {
+		t.Fatalf("changed %v, err %v", changed, err)
+	}
+	var doc struct {
+		Process struct {
+			Capabilities map[string][]string `json:"capabilities"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"bounding": {"CAP_CHOWN", "CAP_SYS_ADMIN"}, "effective": {}, "ambient": {}}
+	for set, w := range want {
+		if got := doc.Process.Capabilities[set]; !slices.Equal(got, w) {
+			t.Errorf("%s = %q, want %q", set, got, w)
+		}
+	}
+	if _, changed, _ := clamp([]byte(`{"process":{"capabilities":{"bounding":["CAP_CHOWN"]}}}`), limits{bounding: all}); changed {
+		t.Errorf("a request within the bounding set was rewritten")
+	}
+}
+
+func TestCapSetReadsTheKernelsMask(t *testing.T) {
+	t.Parallel()
+	// CapBnd of these VMs' root: 0x000001fffeffffff, no CAP_SYS_RESOURCE (24).
+	got := capSet(0x000001fffeffffff)
+	if got["CAP_SYS_RESOURCE"] || !got["CAP_SYS_ADMIN"] || !got["CAP_CHECKPOINT_RESTORE"] || len(got) != len(capNames)-1 {
+		t.Errorf("capSet = %v", got)
 	}
 }
