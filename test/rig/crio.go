@@ -16,14 +16,23 @@ import (
 )
 
 // The rig's CRI-O lives in <rig>/crio: config, storage, state, logs and
-// the sockets, nothing in /etc, /var/lib or /run but the CNI plugins'
-// result cache (/var/lib/cni/results, named after the network, removed at
-// Stop) and the pod network's bridge (one per rig, deleted at Stop).
+// its socket, nothing in /etc, /var/lib or /run but the containers' attach
+// sockets (crioAttachDir), the CNI plugins' result cache
+// (/var/lib/cni/results, named after the network) and the pod network's
+// bridge (one per rig), all removed at Stop.
+
+// crioAttachDir is where conmon makes each container's attach socket,
+// <dir>/<container ID>/attach: under the rig's directory that path is
+// longer than a unix socket's 107 bytes and attaching fails ("connect:
+// invalid argument"), so it is a short one of the rig's own in /run.
+func crioAttachDir(rigDir string) string {
+	return filepath.Join("/run", "crio-rig-"+filepath.Base(rigDir))
+}
 
 // crioHandlers are the OCI runtime handlers of the rig's CRI-O: runc (the
 // default) and AltRuntimeHandler (runc again), so that a test naming the
 // containerd rig's second handler finds one here too. Both run Debian's
-// runc through the oomclamp wrapper that hack/build-crio.sh installs.
+// runc through the ociclamp wrapper that hack/build-crio.sh installs.
 // Not crun, CRI-O's upstream default: Debian 12's crun 1.8.1 refuses the
 // runtime-spec 1.3 bundles CRI-O 1.35 writes ("unknown version
 // specified").
@@ -33,8 +42,9 @@ var crioHandlers = []string{"runc", AltRuntimeHandler}
 func crioRuntimeBin(dir, _ string) string { return filepath.Join(dir, "runc") }
 
 // crioConfig is CRI-O's configuration for a private instance in dir, with
-// the runtimes of toolsDir (Runtime.Dir) and storage driver driver.
-func crioConfig(dir, toolsDir, driver, pauseImage string) string {
+// the runtimes of toolsDir (Runtime.Dir), storage driver driver and the
+// attach sockets in attachDir.
+func crioConfig(dir, toolsDir, attachDir, driver, pauseImage string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# The rig's private CRI-O (test/rig/crio.go): everything under %[1]s.
 [crio]
@@ -60,7 +70,7 @@ selinux = false
 pinns_path = "%[2]s/pinns"
 namespaces_dir = "%[1]s/ns"
 container_exits_dir = "%[1]s/run/exits"
-container_attach_socket_dir = "%[1]s/run/attach"
+container_attach_socket_dir = "%[4]s"
 hooks_dir = ["%[1]s/hooks.d"]
 cdi_spec_dirs = ["%[1]s/cdi"]
 irqbalance_config_file = "%[1]s/irqbalance"
@@ -69,7 +79,7 @@ decryption_keys_path = "%[1]s/keys"
 # Host ports need iptables or nft, which the rig neither has nor should
 # touch on a shared machine; containerd's rig has no portmap plugin either.
 disable_hostport_mapping = true
-`, dir, toolsDir, driver)
+`, dir, toolsDir, driver, attachDir)
 	for _, h := range crioHandlers {
 		fmt.Fprintf(&b, `
 [crio.runtime.runtimes.%[1]s]
@@ -212,7 +222,7 @@ func (r *Rig) setupCRIO(regPort, anonPort, gcrPort int) error {
 		driver = "vfs"
 	}
 	files := map[string]string{
-		"crio.conf":                 crioConfig(dir, r.Runtime.Dir, driver, "registry.k8s.io/pause:3.9"),
+		"crio.conf":                 crioConfig(dir, r.Runtime.Dir, crioAttachDir(r.Dir), driver, "registry.k8s.io/pause:3.9"),
 		"policy.json":               crioPolicy,
 		"cni/net.d/10-rig.conflist": crioNetwork(bridge, subnet, filepath.Join(dir, "cni", "ipam")),
 		// containers/storage reads storage.conf for its defaults even when
@@ -342,6 +352,7 @@ func cleanupCRIO(dir, toolsDir string) {
 		}
 	}
 	killByCwdOrArgs(dir)
+	os.RemoveAll(crioAttachDir(filepath.Dir(dir)))
 	if b, err := os.ReadFile(filepath.Join(dir, "bridge")); err == nil && len(b) > 0 {
 		bridge := strings.TrimSpace(string(b))
 		_ = exec.Command("ip", "link", "del", bridge).Run()

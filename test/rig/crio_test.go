@@ -40,13 +40,13 @@ func TestRegistriesConfRewritesEveryNameToItsLocalRegistry(t *testing.T) {
 
 func TestCRIOConfigKeepsEverythingInTheRigsDirectory(t *testing.T) {
 	t.Parallel()
-	conf := crioConfig("/rig/crio", "/tools/crio", "overlay", "registry.k8s.io/pause:3.9")
+	conf := crioConfig("/rig/crio", "/tools/crio", "/run/crio-rig", "overlay", "registry.k8s.io/pause:3.9")
 	var c map[string]any
 	if err := toml.Unmarshal([]byte(conf), &c); err != nil {
 		t.Fatalf("%v\n%s", err, conf)
 	}
-	// Every path is the rig's or the tools'; the runtimes' monitor is
-	// Debian's conmon.
+	// Every path is the rig's, the tools' or the attach sockets'; the
+	// runtimes' monitor is Debian's conmon.
 	var walk func(prefix string, v any)
 	walk = func(prefix string, v any) {
 		switch v := v.(type) {
@@ -59,7 +59,7 @@ func TestCRIOConfigKeepsEverythingInTheRigsDirectory(t *testing.T) {
 				walk(prefix, x)
 			}
 		case string:
-			if strings.HasPrefix(v, "/") && !strings.HasPrefix(v, "/rig/crio/") && !strings.HasPrefix(v, "/tools/crio/") && v != "/usr/bin/conmon" {
+			if strings.HasPrefix(v, "/") && !strings.HasPrefix(v, "/rig/crio/") && !strings.HasPrefix(v, "/tools/crio/") && v != "/run/crio-rig" && v != "/usr/bin/conmon" {
 				t.Errorf("%s = %q: outside the rig", prefix, v)
 			}
 		}
@@ -106,5 +106,14 @@ func TestCRIOMirrorsReachRegistriesConfAndTheProxysHostsDir(t *testing.T) {
 	}
 	if conf, hosts := read(); strings.Contains(conf, "relay.test") || hosts != "" || !strings.Contains(conf, `prefix = "gcr.io"`) {
 		t.Errorf("after RemoveMirror, relay.test is left or gcr.io gone:\n%s\n%s", conf, hosts)
+	}
+}
+
+func TestCRIOAttachSocketsFitAUnixSocketPath(t *testing.T) {
+	t.Parallel()
+	// The longest rig directory os.MkdirTemp makes under the default base.
+	sock := filepath.Join(crioAttachDir("/tmp/cri-image-proxy-rig/r4294967295"), strings.Repeat("f", 64), "attach")
+	if len(sock) > 107 {
+		t.Errorf("%s: %d bytes, a unix socket path holds 107", sock, len(sock))
 	}
 }
