@@ -200,8 +200,13 @@ func (r *Rig) setupCRIO(regPort, anonPort, gcrPort int) error {
 			return err
 		}
 	}
+	// containerd speaks plain HTTP to any registry on 127.0.0.1 by itself;
+	// containers/image only to those registries.conf calls insecure, so
+	// the anonymous view is named too (tests pull from it by address), and
+	// a test's own registry needs AddMirror.
 	r.mirrors = map[string]int{
 		r.Registry:          regPort,
+		r.AnonRegistry:      anonPort,
 		"registry.rig.test": regPort, // the authenticated registry under a DNS-like name
 		"gcr.io":            gcrPort, // critest's images
 		"registry.k8s.io":   anonPort,
@@ -211,6 +216,9 @@ func (r *Rig) setupCRIO(regPort, anonPort, gcrPort int) error {
 	}
 	bridge, subnet, err := claimBridge()
 	if err != nil {
+		return err
+	}
+	if _, r.podSubnet, err = net.ParseCIDR(subnet); err != nil {
 		return err
 	}
 	// Stop and a later rig's reapStale delete the bridge by this name.

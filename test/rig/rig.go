@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,9 +72,22 @@ type Rig struct {
 	runtime    *Proc // containerd or crio
 	registries []*Proc
 
-	// CRI-O only: the names registries.conf rewrites to 127.0.0.1:port.
+	// CRI-O only: the names registries.conf rewrites to 127.0.0.1:port,
+	// and the pod network's subnet.
 	mirrorsMu sync.Mutex
 	mirrors   map[string]int
+	podSubnet *net.IPNet
+}
+
+// PodAddressPrefix is how the address of a pod on the pod network starts:
+// containerd's rig runs a CNI plugin that reports 127.0.0.2 and configures
+// nothing; CRI-O's a bridge of its own with a /24 ("10.89.N.").
+func (r *Rig) PodAddressPrefix() string {
+	if r.podSubnet == nil {
+		return "127.0.0.2"
+	}
+	ip := r.podSubnet.IP.To4()
+	return fmt.Sprintf("%d.%d.%d.", ip[0], ip[1], ip[2])
 }
 
 // DefaultToolsDir is where hack/install-deps.sh puts crictl and critest.
