@@ -2,7 +2,8 @@
 # build-crio.sh: build CRI-O, its pinns helper, the CNI plugins its pod
 # networks need and the runtime wrapper (hack/ociclamp) from the Go module
 # proxy into $TOOLS_DIR/crio-$CRIO_VERSION, where test/rig finds them
-# (RUNTIME=crio). conmon and runc come from Debian (install-deps.sh).
+# (RUNTIME=crio), with the runc the containerd 2.x legs run. conmon comes
+# from Debian (install-deps.sh).
 # What is already built for these versions is kept: a machine builds it
 # once (about 7 minutes of CPU with a cold Go cache: 3 minutes on 2 idle
 # cores, 16 on a machine busy with other builds).
@@ -17,42 +18,49 @@
 #   ociclamp         runs an OCI runtime with the process asking no more than
 #                    the caller holds: these VMs lack CAP_SYS_RESOURCE, and
 #                    CRI-O asks oom_score_adj -998 for the infra container and
-#                    every capability for a privileged one (hack/ociclamp);
-#                    runc is a two-line script that runs Debian's runc
-#                    through it. Not crun, CRI-O's upstream default: Debian
-#                    12's crun 1.8.1 refuses the runtime-spec 1.3 bundles
-#                    CRI-O 1.35 writes.
+#                    every capability for a privileged one (hack/ociclamp)
+#   runc.real        runc $RUNC_VERSION (seccomp), as build-containerd.sh
+#                    builds it: Debian's 1.1.5 fails every container the
+#                    kubelet makes through CRI-O here ("cannot set hugetlb
+#                    limit": these VMs do not mount the hugetlb controller)
+#   runc             a two-line script: runc.real through ociclamp, CRI-O's
+#                    runtime. Not crun, CRI-O's upstream default: Debian 12's
+#                    crun 1.8.1 refuses the runtime-spec 1.3 bundles CRI-O
+#                    1.35 writes.
 #   cni/             loopback, bridge, host-local (containernetworking/plugins)
 #
 # Env: TOOLS_DIR, CRIO_VERSION (v1.35.2), CNI_PLUGINS_VERSION (v1.10.0: the newest the module
-# proxy serves; it needs Go 1.26.8, this machine's).
+# proxy serves; it needs Go 1.26.8, this machine's), RUNC_VERSION (v1.4.3, build-containerd.sh's).
 set -euo pipefail
 TOOLS_DIR=${TOOLS_DIR:-/var/cache/cri-image-proxy/tools}
 CRIO_VERSION=${CRIO_VERSION:-v1.35.2}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.10.0}
+RUNC_VERSION=${RUNC_VERSION:-v1.4.3}
 export PATH=/usr/local/go/bin:$PATH GOFLAGS=-modcacherw
 log() { echo "[build-crio] $*" >&2; } # stdout is the directory alone
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 OUT=$TOOLS_DIR/crio-$CRIO_VERSION
 # Each part is rebuilt only when what it was built from changed: its stamp
-# names the version (the wrapper: a hash of its source in this checkout).
-ociclamp_sum=$(cat "$repo"/hack/ociclamp/*.go | sha256sum | cut -c1-16)
+# names the version (the wrapper: a hash of its source and of this script,
+# which writes the runc script; rebuilding it takes a second).
+ociclamp_sum=$(cat "$repo"/hack/ociclamp/*.go "$0" | sha256sum | cut -c1-16)
 fresh() { # fresh STAMP VALUE BINARY...: the binaries exist and were built from VALUE
 	local stamp=$1 value=$2 b
 	shift 2
 	for b in "$@"; do [ -x "$OUT/$b" ] || return 1; done
 	[ "$(cat "$OUT/$stamp" 2>/dev/null)" = "$value" ]
 }
-need_crio=true need_cni=true need_wrapper=true
+need_crio=true need_cni=true need_runc=true need_wrapper=true
 fresh crio.version "$CRIO_VERSION" crio pinns && need_crio=false
 fresh cni.version "$CNI_PLUGINS_VERSION" cni/loopback cni/bridge cni/host-local && need_cni=false
+fresh runc.version "$RUNC_VERSION" runc.real && need_runc=false
 fresh ociclamp.sum "$ociclamp_sum" ociclamp runc && need_wrapper=false
-if ! $need_crio && ! $need_cni && ! $need_wrapper; then
+if ! $need_crio && ! $need_cni && ! $need_runc && ! $need_wrapper; then
 	echo "$OUT"
 	exit 0
 fi
-for c in conmon runc gcc make; do
+for c in conmon gcc make pkg-config; do
 	command -v "$c" >/dev/null || { echo "build-crio: $c missing: run hack/install-deps.sh (as root)" >&2; exit 1; }
 done
 mkdir -p "$OUT/cni"
@@ -111,16 +119,25 @@ if $need_cni; then
 	echo "$CNI_PLUGINS_VERSION" >"$OUT/cni.version"
 fi
 
+if $need_runc; then
+	step "building runc $RUNC_VERSION (seccomp)"
+	rm -f "$OUT/runc.version"
+	r=$(moddir "github.com/opencontainers/runc@$RUNC_VERSION" runc "")
+	(cd "$r" && go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$OUT/runc.real.new" .)
+	mv "$OUT/runc.real.new" "$OUT/runc.real"
+	echo "$RUNC_VERSION" >"$OUT/runc.version"
+fi
+
 if $need_wrapper; then
 	step "building the runtime wrapper (hack/ociclamp)"
 	rm -f "$OUT/ociclamp.sum"
 	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/ociclamp.new" ./hack/ociclamp)
 	mv "$OUT/ociclamp.new" "$OUT/ociclamp"
-	printf '#!/bin/sh\n# runc through ociclamp (hack/build-crio.sh says why)\nexec "$(dirname "$0")/ociclamp" %s "$@"\n' "$(command -v runc)" >"$OUT/runc.new"
+	printf '#!/bin/sh\n# runc through ociclamp (hack/build-crio.sh says why)\nd=$(dirname "$0")\nexec "$d/ociclamp" "$d/runc.real" "$@"\n' >"$OUT/runc.new"
 	chmod 0755 "$OUT/runc.new"
 	mv "$OUT/runc.new" "$OUT/runc"
 	echo "$ociclamp_sum" >"$OUT/ociclamp.sum"
 fi
 
-step "built in $(($(date +%s) - t0))s: $("$OUT/crio" --version 2>/dev/null | head -1), $(conmon --version | head -1), $(runc --version | head -1)"
+step "built in $(($(date +%s) - t0))s: $("$OUT/crio" --version 2>/dev/null | head -1), $(conmon --version | head -1), $("$OUT/runc.real" --version | head -1)"
 echo "$OUT"

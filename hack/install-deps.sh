@@ -40,8 +40,8 @@ fi
 # systemd: systemd-analyze verify checks the unit (nothing is started).
 # containerd and runc: Debian's 1.6 is the legacy leg (CONTAINERD=1.6); libseccomp-dev and
 # pkg-config build the runc that goes with containerd 2.3 and 2.4 (build-containerd.sh), and CRI-O
-# (seccomp, cgo); conmon (CRI-O's container monitor) is Debian's, CRI-O runs Debian's runc, and make
-# builds CRI-O's pinns (build-crio.sh).
+# (seccomp, cgo); conmon (CRI-O's container monitor) is Debian's, and make builds CRI-O's pinns
+# (build-crio.sh).
 pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates)
 $demo || pkgs+=(gcc libc6-dev systemd libseccomp-dev pkg-config make conmon)
 need=()

@@ -44,12 +44,12 @@ const DefaultCRIOVersion = "v1.35.2"
 // crioRuntime is the CRI-O that hack/build-crio.sh built into toolsDir.
 func crioRuntime(toolsDir string) (Runtime, error) {
 	dir := filepath.Join(toolsDir, "crio-"+DefaultCRIOVersion)
-	for _, b := range []string{"crio", "pinns", "runc", "ociclamp", "cni/bridge", "cni/host-local", "cni/loopback"} {
+	for _, b := range []string{"crio", "pinns", "runc", "runc.real", "ociclamp", "cni/bridge", "cni/host-local", "cni/loopback"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return Runtime{}, fmt.Errorf("%s not in %s: run hack/install-deps.sh (as root) first", b, dir)
 		}
 	}
-	if err := requireCommands("conmon", "runc"); err != nil {
+	if err := requireCommands("conmon"); err != nil {
 		return Runtime{}, err
 	}
 	v := strings.TrimPrefix(DefaultCRIOVersion, "v")
