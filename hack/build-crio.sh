@@ -18,11 +18,13 @@
 #   ociclamp         runs an OCI runtime with the process asking no more than
 #                    the caller holds: these VMs lack CAP_SYS_RESOURCE, and
 #                    CRI-O asks oom_score_adj -998 for the infra container and
-#                    every capability for a privileged one (hack/ociclamp)
+#                    every capability for a privileged one, and the kubelet
+#                    hugepage limits these VMs have no controller for
+#                    (hack/ociclamp)
 #   runc.real        runc $RUNC_VERSION (seccomp), as build-containerd.sh
-#                    builds it: Debian's 1.1.5 fails every container the
-#                    kubelet makes through CRI-O here ("cannot set hugetlb
-#                    limit": these VMs do not mount the hugetlb controller)
+#                    builds it: the runc of the containerd 2.x legs, so that
+#                    a difference between the legs is the runtimes'; with
+#                    Debian's 1.1.5 critest ran 6 specs fewer (93 of 113)
 #   runc             a two-line script: runc.real through ociclamp, CRI-O's
 #                    runtime. Not crun, CRI-O's upstream default: Debian 12's
 #                    crun 1.8.1 refuses the runtime-spec 1.3 bundles CRI-O

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,9 @@ type limits struct {
 	// bounding is the caller's capability bounding set, by name
 	// (CAP_CHOWN, ...).
 	bounding map[string]bool
+	// hugetlb is whether the hugetlb cgroup controller is mounted: a
+	// runtime can set hugepage limits only then.
+	hugetlb bool
 }
 
 func ownLimits() (limits, error) {
@@ -62,10 +66,41 @@ func ownLimits() (limits, error) {
 			if err != nil {
 				return limits{}, fmt.Errorf("CapBnd %q: %v", v, err)
 			}
-			return limits{oomScoreAdj: adj, bounding: capSet(mask)}, nil
+			mounts, err := os.ReadFile("/proc/self/mountinfo")
+			if err != nil {
+				return limits{}, err
+			}
+			return limits{oomScoreAdj: adj, bounding: capSet(mask), hugetlb: hugetlbMounted(string(mounts))}, nil
 		}
 	}
 	return limits{}, fmt.Errorf("no CapBnd in /proc/self/status")
+}
+
+// hugetlbMounted reports whether mountinfo shows the hugetlb controller: a
+// cgroup v1 hierarchy with it among its options, or a cgroup2 mount that
+// lists it in cgroup.controllers.
+func hugetlbMounted(mountinfo string) bool {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		// ... mount point ... - fstype source super-options
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, after := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(after) < 3 {
+			continue
+		}
+		switch after[0] {
+		case "cgroup":
+			for _, o := range strings.Split(after[2], ",") {
+				if o == "hugetlb" {
+					return true
+				}
+			}
+		case "cgroup2":
+			if c, err := os.ReadFile(fields[4] + "/cgroup.controllers"); err == nil && slices.Contains(strings.Fields(string(c)), "hugetlb") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // capNames are the Linux capabilities by number, as OCI names them.
@@ -186,6 +221,18 @@ func clamp(data []byte, lim limits) ([]byte, bool, error) {
 		if v < int64(lim.oomScoreAdj) {
 			proc["oomScoreAdj"] = json.Number(strconv.Itoa(lim.oomScoreAdj))
 			changed = true
+		}
+	}
+	// Without the controller, runc fails a container with hugepage limits
+	// ("cannot set hugetlb limit"), and the kubelet gives every container
+	// some; containerd drops them then (tolerate_missing_hugetlb_controller),
+	// CRI-O does not. Only a bundle's config.json has them.
+	if linux, ok := doc["linux"].(map[string]any); ok && !lim.hugetlb {
+		if res, ok := linux["resources"].(map[string]any); ok {
+			if _, ok := res["hugepageLimits"]; ok {
+				delete(res, "hugepageLimits")
+				changed = true
+			}
 		}
 	}
 	if caps, ok := proc["capabilities"].(map[string]any); ok {

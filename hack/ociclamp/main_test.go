@@ -53,7 +53,7 @@ func TestClampRaisesOnlyValuesBelowTheFloor(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, changed, err := clamp([]byte(tt.in), limits{oomScoreAdj: tt.floor, bounding: all})
+			out, changed, err := clamp([]byte(tt.in), limits{oomScoreAdj: tt.floor, bounding: all, hugetlb: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func TestClampFileLeavesAnUnchangedFileAlone(t *testing.T) {
 	if err := os.WriteFile(p, []byte(in), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := clampFile(p, limits{bounding: all}); err != nil {
+	if err := clampFile(p, limits{bounding: all, hugetlb: true}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(p); string(b) != in {
@@ -132,5 +132,40 @@ func TestCapSetReadsTheKernelsMask(t *testing.T) {
 	got := capSet(0x000001fffeffffff)
 	if got["CAP_SYS_RESOURCE"] || !got["CAP_SYS_ADMIN"] || !got["CAP_CHECKPOINT_RESTORE"] || len(got) != len(capNames)-1 {
 		t.Errorf("capSet = %v", got)
+	}
+}
+
+func TestClampDropsHugepageLimitsWithoutTheController(t *testing.T) {
+	t.Parallel()
+	// What CRI-O writes for a kubelet's container.
+	in := `{"process":{},"linux":{"resources":{"hugepageLimits":[{"pageSize":"2MB","limit":0}],"memory":{"limit":1000}}}}`
+	out, changed, err := clamp([]byte(in), limits{bounding: all})
+	if err != nil || !changed {
+		t.Fatalf("changed %v, err %v", changed, err)
+	}
+	var doc struct {
+		Linux struct {
+			Resources map[string]json.RawMessage `json:"resources"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := doc.Linux.Resources["hugepageLimits"]; ok || doc.Linux.Resources["memory"] == nil {
+		t.Errorf("resources = %s, want the memory limit alone", out)
+	}
+	if _, changed, _ := clamp([]byte(in), limits{bounding: all, hugetlb: true}); changed {
+		t.Errorf("hugepage limits dropped although the controller is there")
+	}
+}
+
+func TestHugetlbMountedReadsMountinfo(t *testing.T) {
+	t.Parallel()
+	// These VMs: cgroup v1 without a hugetlb hierarchy.
+	without := "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup rw,memory\n" +
+		"31 25 0:27 / /sys/fs/cgroup/pids rw,nosuid shared:10 - cgroup cgroup rw,pids\n"
+	with := without + "32 25 0:28 / /sys/fs/cgroup/hugetlb rw,nosuid shared:11 - cgroup cgroup rw,hugetlb\n"
+	if hugetlbMounted(without) || !hugetlbMounted(with) {
+		t.Errorf("hugetlbMounted: without %v, with %v", hugetlbMounted(without), hugetlbMounted(with))
 	}
 }

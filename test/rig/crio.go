@@ -32,9 +32,8 @@ func crioAttachDir(rigDir string) string {
 // crioHandlers are the OCI runtime handlers of the rig's CRI-O: runc (the
 // default) and AltRuntimeHandler (runc again), so that a test naming the
 // containerd rig's second handler finds one here too. Both run the runc of
-// the containerd 2.x legs (1.4.3, built by hack/build-crio.sh; Debian's
-// 1.1.5 fails every container the kubelet makes through CRI-O on these
-// VMs) through the ociclamp wrapper.
+// the containerd 2.x legs (1.4.3, built by hack/build-crio.sh) through the
+// ociclamp wrapper.
 // Not crun, CRI-O's upstream default: Debian 12's crun 1.8.1 refuses the
 // runtime-spec 1.3 bundles CRI-O 1.35 writes ("unknown version
 // specified").
