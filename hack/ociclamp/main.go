@@ -76,9 +76,12 @@ func ownLimits() (limits, error) {
 	return limits{}, fmt.Errorf("no CapBnd in /proc/self/status")
 }
 
-// hugetlbMounted reports whether mountinfo shows the hugetlb controller: a
-// cgroup v1 hierarchy with it among its options, or a cgroup2 mount that
-// lists it in cgroup.controllers.
+// hugetlbMounted reports whether mountinfo shows the hugetlb controller
+// where runc sets limits: a cgroup v1 hierarchy with it among its options,
+// or, on a cgroup v2 host (cgroup2 at /sys/fs/cgroup), in
+// cgroup.controllers. The cgroup2 mount of a hybrid host
+// (/sys/fs/cgroup/unified) lists the controllers no v1 hierarchy holds,
+// hugetlb on these VMs, but runc sets no limit there.
 func hugetlbMounted(mountinfo string) bool {
 	for _, line := range strings.Split(mountinfo, "\n") {
 		// ... mount point ... - fstype source super-options
@@ -95,6 +98,9 @@ func hugetlbMounted(mountinfo string) bool {
 				}
 			}
 		case "cgroup2":
+			if fields[4] != "/sys/fs/cgroup" {
+				continue
+			}
 			if c, err := os.ReadFile(fields[4] + "/cgroup.controllers"); err == nil && slices.Contains(strings.Fields(string(c)), "hugetlb") {
 				return true
 			}

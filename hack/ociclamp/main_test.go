@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -161,11 +162,27 @@ func TestClampDropsHugepageLimitsWithoutTheController(t *testing.T) {
 
 func TestHugetlbMountedReadsMountinfo(t *testing.T) {
 	t.Parallel()
-	// These VMs: cgroup v1 without a hugetlb hierarchy.
+	// These VMs: cgroup v1 without a hugetlb hierarchy, and the hybrid
+	// cgroup2 mount (which lists hugetlb, the one controller no v1
+	// hierarchy holds, and where runc sets no limit).
 	without := "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:9 - cgroup cgroup rw,memory\n" +
-		"31 25 0:27 / /sys/fs/cgroup/pids rw,nosuid shared:10 - cgroup cgroup rw,pids\n"
+		"31 25 0:27 / /sys/fs/cgroup/pids rw,nosuid shared:10 - cgroup cgroup rw,pids\n" +
+		"41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
 	with := without + "32 25 0:28 / /sys/fs/cgroup/hugetlb rw,nosuid shared:11 - cgroup cgroup rw,hugetlb\n"
 	if hugetlbMounted(without) || !hugetlbMounted(with) {
 		t.Errorf("hugetlbMounted: without %v, with %v", hugetlbMounted(without), hugetlbMounted(with))
+	}
+	// And on this machine, whatever it is, the answer matches /proc/cgroups:
+	// on these VMs hugetlb is in no v1 hierarchy.
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Skip(err)
+	}
+	if cg, err := os.ReadFile("/proc/cgroups"); err == nil && strings.Contains(string(mi), "/sys/fs/cgroup/unified") {
+		for _, line := range strings.Split(string(cg), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "hugetlb" && f[1] == "0" && hugetlbMounted(string(mi)) {
+				t.Errorf("hybrid host, hugetlb in no v1 hierarchy, yet hugetlbMounted says it is mounted")
+			}
+		}
 	}
 }
