@@ -12,8 +12,12 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/e2e$$')
 # CONTAINERD=1.6 (Debian's, the legacy leg).
 CONTAINERD ?=
 export CONTAINERD
+# RUNTIME=crio runs the e2e and node tests on CRI-O 1.35 instead (built by hack/build-crio.sh), e.g.
+# make e2e RUNTIME=crio; it names one runtime, so CONTAINERD stays unset with it. Not in `make test`.
+RUNTIME ?=
+export RUNTIME
 
-.PHONY: help build release image deps test unit e2e e2e-node newest legacy bench demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
+.PHONY: help build release image deps test unit e2e e2e-node newest legacy crio bench demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,7 +65,7 @@ COUNT ?= 1
 unit: ## unit tests, with the race detector; COUNT=3 runs each three times in one process
 	$(GO) test -race -count=$(COUNT) $(UNIT_PKGS)
 
-e2e: ## end-to-end tests on real containerd, registry, crictl and critest (root)
+e2e: ## end-to-end tests on real containerd (or CRI-O: RUNTIME=crio), registry, crictl and critest (root)
 	@[ "$$(id -u)" = 0 ] || echo "!!! not root: the e2e tests will SKIP and say so !!!"
 	$(GO) test -v -count=1 -timeout 60m -skip '^TestNode$$' ./test/e2e/
 
@@ -75,6 +79,9 @@ newest: ## the e2e and node tests on containerd 2.4, the newest minor (root)
 
 legacy: ## the e2e and node tests on containerd 1.6 from Debian, the legacy leg (root)
 	$(MAKE) CONTAINERD=1.6 e2e e2e-node
+
+crio: ## the e2e and node tests on CRI-O 1.35 (root; not part of make test)
+	$(MAKE) RUNTIME=crio e2e e2e-node
 
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./test/bench $(BENCH_FLAGS)

@@ -23,14 +23,19 @@ func (f *frame) free() {
 // protobuf. Using one codec for both lets typed (intercepted) and raw
 // (pass-through) methods share one server and one client connection.
 //
-// Its name is empty so that calls to the runtime go out as
-// "application/grpc", as the kubelet's and crictl's do: gRPC makes a
-// forced codec's name the content-subtype, and "proto" would send
-// "application/grpc+proto". Protobuf is gRPC's default either way, but
-// CRI-O's socket (cmux in front of gRPC) hands a connection to gRPC only
-// when its first call says exactly "application/grpc" and resets it
-// otherwise, with every call on it. The server side ignores the name.
+// Its name is "proto", the name of gRPC's own codec, for the server side.
+// Calls to the runtime use clientCodec.
 type codec struct{}
+
+// clientCodec is codec for the proxy's calls to the runtime. gRPC names a
+// forced codec in the request's content-type (application/grpc+NAME);
+// clientCodec has no name, so that calls go out as application/grpc, as
+// the kubelet's do. CRI-O serves CRI and HTTP on one socket and hands a
+// connection to gRPC only when its first request says exactly
+// application/grpc: application/grpc+proto gets the connection reset.
+type clientCodec struct{ codec }
+
+func (clientCodec) Name() string { return "" }
 
 var protoCodec = encoding.GetCodecV2(proto.Name)
 
@@ -54,4 +59,4 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return protoCodec.Unmarshal(data, v)
 }
 
-func (codec) Name() string { return "" }
+func (codec) Name() string { return proto.Name }

@@ -79,11 +79,11 @@ func (f *fakeRuntime) count(method string) int {
 	return f.calls[method]
 }
 
-// reportContext sends, as headers, the x-test metadata and the deadline the
-// runtime saw, and sets a trailer.
+// reportContext sends, as headers, the x-test metadata, the content-type
+// and the deadline the runtime saw, and sets a trailer.
 func reportContext(ctx context.Context) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	hdr := metadata.Pairs("x-seen-test", fmt.Sprint(md.Get("x-test")))
+	hdr := metadata.Pairs("x-seen-test", fmt.Sprint(md.Get("x-test")), "x-seen-content-type", fmt.Sprint(md.Get("content-type")))
 	if d, ok := ctx.Deadline(); ok {
 		hdr.Set("x-seen-deadline-ms", strconv.FormatInt(time.Until(d).Milliseconds(), 10))
 	}

@@ -36,7 +36,7 @@ func forwardUnaryFrame(ss grpc.ServerStream, cc *grpc.ClientConn, fullMethod str
 	var header, trailer metadata.MD
 	out := new(frame)
 	err := cc.Invoke(outgoingContext(ss.Context()), fullMethod, in, out,
-		grpc.ForceCodecV2(codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
+		grpc.ForceCodecV2(clientCodec{}), grpc.Header(&header), grpc.Trailer(&trailer))
 	if err != nil {
 		in.free()
 	}
@@ -90,7 +90,7 @@ func forwardStream(ss grpc.ServerStream, cc *grpc.ClientConn, fullMethod string)
 	ctx, cancel := context.WithCancel(outgoingContext(ss.Context()))
 	defer cancel()
 	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
-	cs, err := cc.NewStream(ctx, desc, fullMethod, grpc.ForceCodecV2(codec{}))
+	cs, err := cc.NewStream(ctx, desc, fullMethod, grpc.ForceCodecV2(clientCodec{}))
 	if err != nil {
 		return err
 	}

@@ -148,7 +148,7 @@ func filteredMethod[Req any, PReq interface {
 			forward := func(ctx context.Context, _ any) (any, error) {
 				var header, trailer metadata.MD
 				out := new(frame)
-				err := cc.Invoke(outgoingContext(ctx), fullMethod, in, out, grpc.ForceCodecV2(codec{}), grpc.Header(&header), grpc.Trailer(&trailer))
+				err := cc.Invoke(outgoingContext(ctx), fullMethod, in, out, grpc.ForceCodecV2(clientCodec{}), grpc.Header(&header), grpc.Trailer(&trailer))
 				if hasCustomKeys(header) {
 					_ = grpc.SetHeader(ctx, header)
 				}

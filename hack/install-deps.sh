@@ -2,7 +2,8 @@
 # install-deps.sh: install, idempotently, everything the e2e tests and the demo need on a
 # Debian (bookworm) machine as root: the distribution registry and containerd 1.6 (the legacy
 # leg) from Debian; crictl/critest, kube-apiserver/etcd/kubelets, and containerd 2.3 (the default
-# runtime, the reference) and 2.4 (the newest minor), each with runc, built from the Go module proxy.
+# runtime, the reference) and 2.4 (the newest minor), each with runc, built from the Go module proxy;
+# CRI-O 1.35 (RUNTIME=crio) with its CNI plugins from the module proxy, and conmon from Debian.
 #
 # Built tools go to $TOOLS_DIR (default /var/cache/cri-image-proxy/tools), outside the clone, so
 # a later checkout on the same machine does not rebuild them.
@@ -38,9 +39,11 @@ fi
 # gcc and libc6-dev: the kubelet is built with cgo, as upstream builds it.
 # systemd: systemd-analyze verify checks the unit (nothing is started).
 # containerd and runc: Debian's 1.6 is the legacy leg (CONTAINERD=1.6); libseccomp-dev and
-# pkg-config build the runc that goes with containerd 2.3 and 2.4 (build-containerd.sh).
+# pkg-config build the runc that goes with containerd 2.3 and 2.4 (build-containerd.sh), and CRI-O
+# (seccomp, cgo); conmon (CRI-O's container monitor) is Debian's, and make builds CRI-O's pinns
+# (build-crio.sh).
 pkgs=(containerd runc docker-registry apache2-utils busybox-static iproute2 util-linux curl ca-certificates)
-$demo || pkgs+=(gcc libc6-dev systemd libseccomp-dev pkg-config)
+$demo || pkgs+=(gcc libc6-dev systemd libseccomp-dev pkg-config make conmon)
 need=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
@@ -98,5 +101,9 @@ for v in $CONTAINERD_VERSIONS; do
 	out=$(TOOLS_DIR=$TOOLS_DIR CONTAINERD_VERSION=$v "$(dirname "$0")/build-containerd.sh" | tail -1)
 	ready+=("$("$out/containerd" --version | awk '{print $1, $3}')")
 done
+# 5. CRI-O, the second runtime (RUNTIME=crio), its pinns, CNI plugins and runtime wrapper (a few
+#    minutes cold; not part of `make test`).
+out=$(TOOLS_DIR=$TOOLS_DIR "$(dirname "$0")/build-crio.sh" | tail -1)
+ready+=("cri-o $("$out/crio" --version 2>/dev/null | awk 'NR == 1 {print $3}')")
 
 log "ready: $(IFS=,; echo "${ready[*]}" | sed 's/,/, /g') (legacy: $(containerd --version 2>/dev/null | awk '{print $1, $3}')); $("$TOOLS_DIR/crictl" --version); tools in $TOOLS_DIR"

@@ -94,7 +94,7 @@ providers:
 	if err != nil {
 		return err
 	}
-	step("starting cri-image-proxy on %s, forwarding to containerd, with credential injection and ensure-secret-pulled-images", sock)
+	step("starting cri-image-proxy on %s, forwarding to %s, with credential injection and ensure-secret-pulled-images", sock, r.Runtime.Name)
 	proxy, err := r.StartProxy(bin, sock, "--monitoring-address", mon, "--log-level", "info",
 		"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", filepath.Dir(plugin),
 		"--ensure-secret-pulled-images", "--ensure-database", db, "--admin-socket", admin)
@@ -108,7 +108,7 @@ providers:
 	run := func(endpoint string, args ...string) rig.Result {
 		who := "crictl"
 		if endpoint != ep {
-			who = "crictl (straight to containerd)"
+			who = "crictl (straight to " + r.Runtime.Name + ")"
 		}
 		fmt.Printf("$ %s %s\n", who, strings.Join(args, " "))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -128,7 +128,7 @@ providers:
 	}
 	tenantA, tenantB := tenant("tenant-a"), tenant("tenant-b")
 
-	step("crictl talks to the proxy exactly as it would to containerd")
+	step("crictl talks to the proxy exactly as it would to %s", r.Runtime.Name)
 	crictl("version")
 
 	step("a private image: without credentials the registry refuses, through the proxy as without it")
@@ -143,7 +143,7 @@ providers:
 
 	step("tenant B has no credentials: the image is on the node, but not for B (https://github.com/kubernetes/kubernetes/issues/18787)")
 	idOnly := []string{"inspecti", "-o", "go-template", "--template", "{{.status.id}}", image}
-	run("unix://"+r.ContainerdSock, idOnly...)
+	run("unix://"+r.RuntimeSock, idOnly...)
 	crictl(idOnly...)
 	if res := crictl("pull", "--pod-config", tenantB, image); res.Err == nil {
 		return fmt.Errorf("tenant B pulled a private image without credentials")
@@ -187,7 +187,7 @@ providers:
 	if !r.Runtime.Legacy() {
 		step("tenant C, without credentials, mounts A's image as an image volume (by its ID): refused")
 		tenantC := tenant("tenant-c")
-		id := strings.TrimSpace(run("unix://"+r.ContainerdSock, idOnly...).Stdout)
+		id := strings.TrimSpace(run("unix://"+r.RuntimeSock, idOnly...).Stdout)
 		public := r.AnonRegistry + "/" + rig.BusyboxImage // a public image, pulled anonymously
 		crictl("pull", public)
 		vol := filepath.Join(work, "vol.json")
@@ -221,16 +221,17 @@ providers:
 		<-ctx.Done()
 		stop()
 	}
-	step("stopping the proxy, containerd and the registry")
+	step("stopping the proxy, %s and the registry", r.Runtime.Name)
 	return nil
 }
 
-// demoRuntime is the runtime of $CONTAINERD, as for the tests; with it unset,
-// containerd 2.3 once a full install (make deps) has built it, and until
-// then Debian's 1.6, so that a first demo does not wait for that build.
+// demoRuntime is the runtime of $RUNTIME and $CONTAINERD, as for the
+// tests; with both unset, containerd 2.3 once a full install (make deps)
+// has built it, and until then Debian's 1.6, so that a first demo does not
+// wait for that build.
 func demoRuntime() (rig.Runtime, error) {
 	rt, err := rig.RuntimeFromEnv(rig.DefaultToolsDir())
-	if err == nil || os.Getenv("CONTAINERD") != "" {
+	if err == nil || os.Getenv("CONTAINERD") != "" || os.Getenv("RUNTIME") != "" {
 		return rt, err
 	}
 	fmt.Println("    containerd 2.3 is not built yet (make deps builds it, about 20 minutes): this demo runs on Debian's containerd 1.6")

@@ -86,7 +86,7 @@ func (e *benchEnv) setUpEnsure() error {
 	ee := &ensureEnv{public: e.rig.AnonRegistry + "/" + rig.TeamBImage, private: e.rig.Registry + "/" + privatePath,
 		privateLarge: e.rig.Registry + "/" + privateLargePath, preloaded: e.rig.Registry + "/" + preloadedPath}
 	ctx := context.Background()
-	if res := e.rig.Crictl(ctx, "unix://"+e.rig.ContainerdSock, "pull", "--creds", "user:"+rig.Users["user"], ee.preloaded); res.Err != nil {
+	if res := e.rig.Crictl(ctx, "unix://"+e.rig.RuntimeSock, "pull", "--creds", "user:"+rig.Users["user"], ee.preloaded); res.Err != nil {
 		return fmt.Errorf("pull %s: %v: %s", ee.preloaded, res.Err, res.Stderr)
 	}
 	var err error

@@ -133,7 +133,7 @@ type benchEnv struct {
 func (e *benchEnv) setUp(parts []part) error {
 	// A present image for ImageStatus.
 	e.presentImage = e.rig.Registry + "/" + rig.TeamAImage
-	if res := e.rig.Crictl(context.Background(), "unix://"+e.rig.ContainerdSock, "pull", "--creds", "user:"+rig.Users["user"], e.presentImage); res.Err != nil {
+	if res := e.rig.Crictl(context.Background(), "unix://"+e.rig.RuntimeSock, "pull", "--creds", "user:"+rig.Users["user"], e.presentImage); res.Err != nil {
 		return fmt.Errorf("pull %s: %v: %s", e.presentImage, res.Err, res.Stderr)
 	}
 	e.logf("importing 1000 images into containerd")
@@ -147,7 +147,7 @@ func (e *benchEnv) setUp(parts []part) error {
 	if e.proxy, err = e.rig.StartProxy(e.opts.proxy, sock, append(args, e.profiled("proxy")...)...); err != nil {
 		return err
 	}
-	if e.direct, err = rig.DialCRI("unix://" + e.rig.ContainerdSock); err != nil {
+	if e.direct, err = rig.DialCRI("unix://" + e.rig.RuntimeSock); err != nil {
 		return err
 	}
 	if e.proxied, err = rig.DialCRI("unix://" + sock); err != nil {
@@ -193,7 +193,7 @@ func (e *benchEnv) setUp(parts []part) error {
 	e.pids = map[string]int{
 		"bench":      0,
 		"proxy":      e.proxy.Pid(),
-		"containerd": e.rig.Containerd().Pid(),
+		"containerd": e.rig.RuntimeProc().Pid(),
 		"bare":       e.bare.Process.Pid,
 	}
 	for _, p := range parts {

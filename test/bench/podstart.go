@@ -92,7 +92,7 @@ func (e *benchEnv) podStart(n int) ([]podStartResult, error) {
 	defer proxy.Stop(10 * time.Second)
 
 	results := []podStartResult{{arm: "kubelet on the proxy (ensure on, API)"}, {arm: "kubelet on containerd directly"}}
-	endpoints := []string{"unix://" + sock, "unix://" + e.rig.ContainerdSock}
+	endpoints := []string{"unix://" + sock, "unix://" + e.rig.RuntimeSock}
 	block := (n + podStartBlocks - 1) / podStartBlocks
 	seq := 0
 	for round := range podStartBlocks {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -24,7 +23,7 @@ var registryCheckScenario = scenarioOf("registry check c=1, registry 2 ms away: 
 func (e *benchEnv) registryCheck() scenario {
 	ee := e.ensure
 	creds := &runtimeapi.AuthConfig{Username: "alice", Password: rig.Users["alice"]}
-	hostsDir := filepath.Join(filepath.Dir(e.rig.ContainerdSock), "certs.d")
+	hostsDir := e.rig.HostsDir()
 	checker, err := registry.New(registry.Options{HostsDir: hostsDir})
 	var (
 		mu       sync.Mutex

@@ -31,7 +31,7 @@ func TestDemo(t *testing.T) {
 		"tenant B has no credentials",
 		"the node's credential plugin supplies them",
 		"hello from a container started through cri-image-proxy",
-		"stopping the proxy, containerd and the registry",
+		"stopping the proxy, " + testRig.Runtime.Name + " and the registry",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, tail(string(out), 40))

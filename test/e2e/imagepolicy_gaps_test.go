@@ -67,7 +67,7 @@ func TestImagePolicyWithoutGaps(t *testing.T) {
 		if err := testRig.AddMirror(host, anonPort); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { os.RemoveAll(filepath.Join(testRig.HostsDir(), host)) })
+		t.Cleanup(func() { testRig.RemoveMirror(host) })
 	}
 
 	ps := &policySetup{dir: filepath.Join(testRig.Dir, "image-policy-gaps")}

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +31,7 @@ func startTenantRegistry(t *testing.T) *testkit.Registry {
 	if err := testRig.AddMirror(tr.Host, portOf(t, tr.Host)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(testRig.HostsDir(), tr.Host)) })
+	t.Cleanup(func() { testRig.RemoveMirror(tr.Host) })
 	return tr
 }
 

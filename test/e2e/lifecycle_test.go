@@ -16,10 +16,10 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 )
 
-// TestContainerdRestartUnderTheProxy restarts containerd while the proxy
-// runs: calls fail meanwhile, as they would without the proxy, readiness
-// says so, and the proxy recovers by itself.
-func TestContainerdRestartUnderTheProxy(t *testing.T) {
+// TestRuntimeRestartUnderTheProxy restarts the runtime (containerd or
+// CRI-O) while the proxy runs: calls fail meanwhile, as they would without
+// the proxy, readiness says so, and the proxy recovers by itself.
+func TestRuntimeRestartUnderTheProxy(t *testing.T) {
 	needRig(t)
 	monAddr := freeAddr(t)
 	ep, p := startProxy(t, "restart", "--monitoring-address", monAddr)
@@ -27,28 +27,28 @@ func TestContainerdRestartUnderTheProxy(t *testing.T) {
 	if code, body := httpGet(t, monAddr, "/readyz"); code != 200 {
 		t.Fatalf("readyz before the restart: %d %s", code, body)
 	}
-	testRig.StopContainerd()
+	testRig.StopRuntime()
 	defer func() {
-		if !testRig.Containerd().Alive() {
-			testRig.StartContainerd()
+		if !testRig.RuntimeProc().Alive() {
+			testRig.StartRuntime()
 		}
 	}()
 
 	res := crictl(t, ep, "version")
 	if res.Err == nil {
-		t.Fatalf("crictl version succeeded with containerd down")
+		t.Fatalf("crictl version succeeded with %s down", testRig.Runtime.Name)
 	}
 	if !strings.Contains(res.Stderr, "Unavailable") {
-		t.Errorf("with containerd down, want Unavailable:\n%s", res.Stderr)
+		t.Errorf("with %s down, want Unavailable:\n%s", testRig.Runtime.Name, res.Stderr)
 	}
 	if code, body := httpGet(t, monAddr, "/readyz"); code != 503 || !strings.Contains(body, "Version") {
-		t.Errorf("readyz with containerd down: %d %q, want 503 naming the failed Version", code, body)
+		t.Errorf("readyz with %s down: %d %q, want 503 naming the failed Version", testRig.Runtime.Name, code, body)
 	}
 	if _, body := httpGet(t, monAddr, "/metrics"); !strings.Contains(body, "cri_image_proxy_backend_up 0") {
-		t.Errorf("backend_up is not 0 with containerd down")
+		t.Errorf("backend_up is not 0 with %s down", testRig.Runtime.Name)
 	}
 
-	if err := testRig.StartContainerd(); err != nil {
+	if err := testRig.StartRuntime(); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 30*time.Second, func() error {

@@ -54,9 +54,17 @@ func run(m *testing.M) int {
 		}
 	}
 
+	// The runtime is chosen here, not inside Start, so that the run says
+	// first what it runs on (RUNTIME, CONTAINERD: see Makefile).
+	runtime, err := rig.RuntimeFromEnv(rig.DefaultToolsDir())
+	if err != nil {
+		logf("choosing the runtime: %v", err)
+		return 1
+	}
+	logf("runtime: %s (RUNTIME=%q CONTAINERD=%q)", runtime.Name, os.Getenv("RUNTIME"), os.Getenv("CONTAINERD"))
 	// The registry names its users: tests show whose credential a pull
 	// used (RegistryUsers).
-	testRig, err = rig.Start(rig.Options{Logf: logf, RegistryUsers: true})
+	testRig, err = rig.Start(rig.Options{Logf: logf, RegistryUsers: true, Runtime: runtime})
 	if err != nil {
 		logf("starting the rig: %v", err)
 		return 1
@@ -78,10 +86,10 @@ func run(m *testing.M) int {
 		logf("starting the proxy: %v", err)
 		return 1
 	}
-	logf("ready: containerd %s, registry %s, proxy %s", testRig.ContainerdSock, testRig.Registry, proxySock)
+	logf("ready: %s %s, registry %s, proxy %s", testRig.Runtime.Name, testRig.RuntimeSock, testRig.Registry, proxySock)
 	code := m.Run()
 	if code != 0 {
-		logf("proxy log: %s; containerd log: %s", proxyProc.Log, testRig.Containerd().Log)
+		logf("proxy log: %s; %s log: %s", proxyProc.Log, testRig.Runtime.Name, testRig.RuntimeProc().Log)
 		dumpTail(logf, proxyProc.Log, 40)
 	}
 	return code
@@ -110,7 +118,7 @@ func startProxy(t *testing.T, name string, args ...string) (endpoint string, p *
 }
 
 // direct and proxied are the two CRI endpoints the tests compare.
-func direct() string  { return "unix://" + testRig.ContainerdSock }
+func direct() string  { return "unix://" + testRig.RuntimeSock }
 func proxied() string { return "unix://" + proxySock }
 
 func crictl(t *testing.T, endpoint string, args ...string) rig.Result {

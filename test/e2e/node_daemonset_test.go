@@ -76,6 +76,7 @@ type dsHost struct {
 
 var daemonSetScenario = nodeScenario{
 	name:   "the DaemonSet, from the proxy's own container image: Ready under the kubelet; serves its host socket, plugin and records; gone with its pod",
+	needs:  []nodeNeed{containerdRuntime},
 	images: []string{"byplugin/daemonset:v1"},
 	run:    (*nodeEnv).scenarioDaemonSet,
 }
@@ -187,7 +188,7 @@ func (e *nodeEnv) scenarioDaemonSet(t *testing.T) {
 	sock := "unix://" + filepath.Join(h.socketDir, "cri-image-proxy.sock")
 	ctxTimeout, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	direct, viaPod := testRig.Crictl(ctxTimeout, "unix://"+testRig.ContainerdSock, "version"), testRig.Crictl(ctxTimeout, sock, "version")
+	direct, viaPod := testRig.Crictl(ctxTimeout, "unix://"+testRig.RuntimeSock, "version"), testRig.Crictl(ctxTimeout, sock, "version")
 	if viaPod.Err != nil || viaPod.Stdout != direct.Stdout {
 		t.Fatalf("crictl version through the pod's socket: %v %s, want containerd's answer:\n%s", viaPod.Err, viaPod.Stderr, direct.Stdout)
 	}

@@ -170,7 +170,7 @@ func (e *nodeEnv) scenarioKubeletRestartMidPull(t *testing.T) {
 	if err := testRig.AddMirror(slowRegistry, relay.Port()); err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(filepath.Join(testRig.HostsDir(), slowRegistry))
+	defer testRig.RemoveMirror(slowRegistry)
 	createPullSecretFor(t, e.k, e.nsA, "regcred-slow", slowRegistry, "alice", rig.Users["alice"])
 	path := e.repository() + "/slow/app"
 	image := slowRegistry + "/" + path + ":v1"

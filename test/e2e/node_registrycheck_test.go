@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,7 +79,7 @@ func (e *nodeEnv) scenarioManifestOnly(t *testing.T) {
 	if err := testRig.AddMirror(bReg, portOf(t, bReg)); err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(filepath.Join(testRig.HostsDir(), bReg))
+	defer testRig.RemoveMirror(bReg)
 	imageB := bReg + "/b/app:v1"
 
 	b := e.run(t, podSpec{ns: e.nsB, name: "manifest-b", image: imageB, policy: corev1.PullIfNotPresent})

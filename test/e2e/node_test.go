@@ -129,6 +129,15 @@ func imageVolumes(v kubeletVariant) string {
 	return ""
 }
 
+// containerdRuntime: deploy/kubernetes/daemonset.yaml mounts containerd's
+// socket directory and names its socket.
+func containerdRuntime(kubeletVariant) string {
+	if testRig.Runtime.CRIO() {
+		return fmt.Sprintf("the DaemonSet's manifest runs in front of containerd (/run/containerd), not %s", testRig.Runtime.Name)
+	}
+	return ""
+}
+
 // kubeletRecords: the kubelet keeps KEP-2535 records of its own.
 func kubeletRecords(v kubeletVariant) string {
 	if !v.gates["KubeletEnsureSecretPulledImages"] {
@@ -201,7 +210,7 @@ func TestNode(t *testing.T) {
 		table := results.markdown()
 		fmt.Printf("\nNode end-to-end results (scenario x kubelet, on %s):\n\n%s\n", testRig.Runtime.Name, table)
 		os.MkdirAll("../../_output", 0o755)
-		os.WriteFile("../../_output/e2e-node-containerd-"+testRig.Runtime.Line+".md", []byte(table), 0o644)
+		os.WriteFile("../../_output/e2e-node-"+testRig.Runtime.Kind+"-"+testRig.Runtime.Line+".md", []byte(table), 0o644)
 	})
 	for j, v := range kubeletVariants {
 		t.Run(v.name, func(t *testing.T) { runNodeScenarios(t, k, j, results) })

@@ -217,8 +217,8 @@ func TestPodLifecycleThroughTheProxy(t *testing.T) {
 				t.Errorf("ps lists %q, want %q", out, ctrID)
 			}
 			inspect := mustCrictl(t, proxied(), "inspectp", podID)
-			if !tc.hostNetwork && !strings.Contains(inspect, `"ip": "127.0.0.2"`) {
-				t.Errorf("pod has no fake CNI address:\n%s", inspect)
+			if !tc.hostNetwork && !strings.Contains(inspect, `"ip": "`+testRig.PodAddressPrefix()) {
+				t.Errorf("pod has no address of the rig's pod network (%s...):\n%s", testRig.PodAddressPrefix(), inspect)
 			}
 			if stats := mustCrictl(t, proxied(), "stats", "-o", "json", ctrID); !strings.Contains(stats, ctrID) {
 				t.Errorf("stats lack the container: %s", stats)

@@ -198,7 +198,14 @@ func pushImages(registry, user, password, toolsDir string) error {
 	if err != nil {
 		return err
 	}
-	pauseImg, err := image(v1.Config{Entrypoint: []string{"/pause"}}, pl)
+	// SIGKILL stops the sandbox at once. CRI-O stops a pod's infra
+	// container with the image's stop signal (SIGTERM by default) and waits
+	// out the caller's whole deadline if it does not end; a pause process,
+	// PID 1 of its namespace, drops a SIGTERM that comes before its Go
+	// runtime has installed its handlers, which a pod stopped right after it
+	// started (critest does that) on a loaded machine hits. containerd stops
+	// sandboxes with SIGKILL whatever the image says.
+	pauseImg, err := image(v1.Config{Entrypoint: []string{"/pause"}, StopSignal: "SIGKILL"}, pl)
 	if err != nil {
 		return err
 	}

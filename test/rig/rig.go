@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,7 +38,8 @@ type Options struct {
 	// GCRAuthed mirrors gcr.io to the authenticated registry instead of the
 	// anonymous one, so critest's images need credentials.
 	GCRAuthed bool
-	// Runtime is the containerd to run; the zero value is RuntimeFromEnv.
+	// Runtime is the runtime to run (containerd or CRI-O); the zero value
+	// is RuntimeFromEnv.
 	Runtime Runtime
 	// RegistryUsers makes the authenticated registry log at debug level,
 	// the only level at which it names the user of a request it answered
@@ -49,18 +52,42 @@ type Options struct {
 
 // Rig is a running set of real components.
 type Rig struct {
-	Dir            string // the rig's directory; logs are here
-	ToolsDir       string
-	ContainerdSock string // containerd's CRI socket (a path)
+	Dir      string // the rig's directory; logs are here
+	ToolsDir string
+	// RuntimeSock is the runtime's CRI socket (a path), containerd's or
+	// CRI-O's: what a kubelet dials, the proxy's runtime endpoint.
+	RuntimeSock string
+	// ContainerdSock is containerd's socket (CRI and containerd's own API),
+	// the same as RuntimeSock on containerd and "" on CRI-O.
+	ContainerdSock string
 	Registry       string // authenticated registry, 127.0.0.1:port
 	AnonRegistry   string // the same storage without authentication
-	Snapshotter    string
-	Runtime        Runtime
+	// Snapshotter is where images unpack: containerd's overlayfs or native
+	// snapshotter; CRI-O's storage driver is overlay or vfs for them.
+	Snapshotter string
+	Runtime     Runtime
 
 	opts       Options
-	proxies    int // proxies started, to name their logs
-	containerd *Proc
+	proxies    int   // proxies started, to name their logs
+	runtime    *Proc // containerd or crio
 	registries []*Proc
+
+	// CRI-O only: the names registries.conf rewrites to 127.0.0.1:port,
+	// and the pod network's subnet.
+	mirrorsMu sync.Mutex
+	mirrors   map[string]int
+	podSubnet *net.IPNet
+}
+
+// PodAddressPrefix is how the address of a pod on the pod network starts:
+// containerd's rig runs a CNI plugin that reports 127.0.0.2 and configures
+// nothing; CRI-O's a bridge of its own with a /24 ("10.89.N.").
+func (r *Rig) PodAddressPrefix() string {
+	if r.podSubnet == nil {
+		return "127.0.0.2"
+	}
+	ip := r.podSubnet.IP.To4()
+	return fmt.Sprintf("%d.%d.%d.", ip[0], ip[1], ip[2])
 }
 
 // DefaultToolsDir is where hack/install-deps.sh puts crictl and critest.
@@ -71,11 +98,12 @@ func DefaultToolsDir() string {
 	return "/var/cache/cri-image-proxy/tools"
 }
 
-// Start starts containerd and the registries and pushes the test images.
+// Start starts the registries, pushes the test images and starts the
+// runtime (containerd or CRI-O, Options.Runtime).
 // On error, whatever was started is stopped again.
 func Start(opts Options) (r *Rig, err error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("the rig needs root (containerd, mounts)")
+		return nil, errors.New("the rig needs root (the runtime, mounts)")
 	}
 	if opts.BaseDir == "" {
 		opts.BaseDir = "/tmp/cri-image-proxy-rig"
@@ -111,15 +139,24 @@ func Start(opts Options) (r *Rig, err error) {
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return nil, err
 	}
-	r = &Rig{Dir: dir, ToolsDir: opts.ToolsDir, Runtime: opts.Runtime, opts: opts, ContainerdSock: filepath.Join(dir, "containerd", "containerd.sock")}
+	r = &Rig{Dir: dir, ToolsDir: opts.ToolsDir, Runtime: opts.Runtime, opts: opts}
+	if r.Runtime.CRIO() {
+		r.RuntimeSock = filepath.Join(dir, "crio", "crio.sock")
+	} else {
+		r.ContainerdSock = filepath.Join(dir, "containerd", "containerd.sock")
+		r.RuntimeSock = r.ContainerdSock
+	}
+	// Every error return below sets r to nil: stop what was started
+	// through a copy.
+	started := r
 	defer func() {
 		if err != nil {
-			r.Stop()
+			started.Stop()
 			r = nil
 		}
 	}()
 
-	// Registries first: containerd's mirrors point at them.
+	// Registries first: the runtime's mirrors point at them.
 	regPort, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -157,12 +194,30 @@ func Start(opts Options) (r *Rig, err error) {
 		return nil, err
 	}
 
-	ctrDir := filepath.Join(dir, "containerd")
-	certs := filepath.Join(ctrDir, "certs.d")
 	gcrPort := anonPort
 	if opts.GCRAuthed {
 		gcrPort = regPort
 	}
+	r.Snapshotter = snapshotter(dir)
+	if r.Runtime.CRIO() {
+		if err := r.setupCRIO(regPort, anonPort, gcrPort); err != nil {
+			return nil, err
+		}
+	} else if err := r.setupContainerd(regPort, anonPort, gcrPort); err != nil {
+		return nil, err
+	}
+	opts.Logf("starting %s (%s) on %s", r.Runtime.Name, r.Snapshotter, r.RuntimeSock)
+	if err := r.StartRuntime(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// setupContainerd writes the rig's containerd configuration under
+// dir/containerd: config.toml, hosts.toml per registry name, the CNI.
+func (r *Rig) setupContainerd(regPort, anonPort, gcrPort int) error {
+	ctrDir := filepath.Dir(r.ContainerdSock)
+	certs := filepath.Join(ctrDir, "certs.d")
 	for name, port := range map[string]int{
 		r.Registry:          regPort,
 		"registry.rig.test": regPort, // the authenticated registry under a DNS-like name
@@ -170,33 +225,32 @@ func Start(opts Options) (r *Rig, err error) {
 		"registry.k8s.io":   anonPort,
 	} {
 		if err := writeHostsToml(certs, name, port); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := writeCNI(filepath.Join(ctrDir, "cni")); err != nil {
-		return nil, err
+		return err
 	}
-	r.Snapshotter = snapshotter(dir)
-	if err := os.WriteFile(filepath.Join(ctrDir, "config.toml"), []byte(r.Runtime.config(ctrDir, r.Snapshotter)), 0o644); err != nil {
-		return nil, err
-	}
-	opts.Logf("starting %s (%s snapshotter) on %s", r.Runtime.Name, r.Snapshotter, r.ContainerdSock)
-	if err := r.StartContainerd(); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return os.WriteFile(filepath.Join(ctrDir, "config.toml"), []byte(r.Runtime.config(ctrDir, r.Snapshotter)), 0o644)
 }
 
-// StartContainerd starts containerd (again) and waits until CRI answers.
-func (r *Rig) StartContainerd() error {
-	ctrDir := filepath.Dir(r.ContainerdSock)
-	p, err := StartProc("containerd", filepath.Join(ctrDir, "containerd.log"), r.Runtime.env(),
-		r.Runtime.bin("containerd"), "--config", filepath.Join(ctrDir, "config.toml"))
+// StartRuntime starts the runtime (again) and waits until CRI answers on
+// RuntimeSock.
+func (r *Rig) StartRuntime() error {
+	var p *Proc
+	var err error
+	if r.Runtime.CRIO() {
+		p, err = r.startCRIO()
+	} else {
+		ctrDir := filepath.Dir(r.ContainerdSock)
+		p, err = StartProc("containerd", filepath.Join(ctrDir, "containerd.log"), r.Runtime.env(),
+			r.Runtime.bin("containerd"), "--config", filepath.Join(ctrDir, "config.toml"))
+	}
 	if err != nil {
 		return err
 	}
-	r.containerd = p
-	return WaitFor("containerd", p, 60*time.Second, func() error {
+	r.runtime = p
+	return WaitFor(r.Runtime.Name, p, 60*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return r.CRICall(ctx, func(rt runtimeapi.RuntimeServiceClient) error {
@@ -206,20 +260,21 @@ func (r *Rig) StartContainerd() error {
 	})
 }
 
-// StopContainerd stops containerd gracefully. Running containers keep
-// running under their shims, as on a real node.
-func (r *Rig) StopContainerd() {
-	if r.containerd != nil {
-		r.containerd.Stop(15 * time.Second)
+// StopRuntime stops the runtime gracefully. Running containers keep
+// running under their shims (containerd) or conmon (CRI-O), as on a real
+// node.
+func (r *Rig) StopRuntime() {
+	if r.runtime != nil {
+		r.runtime.Stop(15 * time.Second)
 	}
 }
 
-// Containerd returns the containerd process.
-func (r *Rig) Containerd() *Proc { return r.containerd }
+// RuntimeProc returns the runtime's process (containerd or crio).
+func (r *Rig) RuntimeProc() *Proc { return r.runtime }
 
-// CRICall runs f with a CRI client of the rig's containerd.
+// CRICall runs f with a CRI client of the rig's runtime.
 func (r *Rig) CRICall(ctx context.Context, f func(runtimeapi.RuntimeServiceClient) error) error {
-	conn, err := DialCRI("unix://" + r.ContainerdSock)
+	conn, err := DialCRI("unix://" + r.RuntimeSock)
 	if err != nil {
 		return err
 	}
@@ -250,18 +305,70 @@ func (r *Rig) AnonRegistryRequests() ([]RegistryRequest, error) {
 }
 
 // HostsDir is the rig's containerd's registry config_path (certs.d): the
-// proxy's registry check reads the same hosts.toml files.
-func (r *Rig) HostsDir() string { return filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d") }
-
-// AddMirror makes containerd pull the registry name from 127.0.0.1:port
-// (plain HTTP), e.g. a relay in front of the rig's registry.
-func (r *Rig) AddMirror(name string, port int) error {
-	return writeHostsToml(filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d"), name, port)
+// proxy's registry check reads the same hosts.toml files. "" on CRI-O,
+// whose registries are in RegistriesConf.
+func (r *Rig) HostsDir() string {
+	if r.ContainerdSock == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d")
 }
 
-// MirrorGCR points containerd's gcr.io mirror (critest's images) at the
-// authenticated registry, or back at the anonymous one. containerd reads
-// hosts.toml on every pull: no restart needed.
+// RegistriesConf is the rig's CRI-O's registries.conf (containers-
+// registries.conf(5)); "" on containerd, whose registries are in HostsDir.
+func (r *Rig) RegistriesConf() string {
+	if !r.Runtime.CRIO() {
+		return ""
+	}
+	return filepath.Join(r.crioDir(), "registries.conf")
+}
+
+// ProxyRegistryFlags are the proxy's flags that point its registry check
+// at the runtime's registry configuration, so that it reaches a name's
+// registry where the runtime does: --registry-hosts-dir on containerd. On
+// CRI-O too, naming the same registries as registries.conf in hosts.toml
+// files (proxyHostsDir), as long as the proxy reads no registries.conf.
+func (r *Rig) ProxyRegistryFlags() []string {
+	if r.Runtime.CRIO() {
+		return []string{"--registry-hosts-dir", r.proxyHostsDir()}
+	}
+	return []string{"--registry-hosts-dir", r.HostsDir()}
+}
+
+// AddMirror makes the runtime pull the registry name from 127.0.0.1:port
+// (plain HTTP), e.g. a relay in front of the rig's registry. containerd
+// reads hosts.toml on every pull; CRI-O is told to read registries.conf
+// again (SIGHUP), and AddMirror returns once it has.
+func (r *Rig) AddMirror(name string, port int) error {
+	if !r.Runtime.CRIO() {
+		return writeHostsToml(r.HostsDir(), name, port)
+	}
+	r.mirrorsMu.Lock()
+	defer r.mirrorsMu.Unlock()
+	r.mirrors[name] = port
+	if err := r.writeRegistriesConf(); err != nil {
+		return err
+	}
+	return r.reloadCRIO()
+}
+
+// RemoveMirror undoes AddMirror: the runtime no longer knows name (a pull
+// of it goes to name itself, which on this offline machine fails).
+func (r *Rig) RemoveMirror(name string) error {
+	if !r.Runtime.CRIO() {
+		return os.RemoveAll(filepath.Join(r.HostsDir(), name))
+	}
+	r.mirrorsMu.Lock()
+	defer r.mirrorsMu.Unlock()
+	delete(r.mirrors, name)
+	if err := r.writeRegistriesConf(); err != nil {
+		return err
+	}
+	return r.reloadCRIO()
+}
+
+// MirrorGCR points the runtime's gcr.io mirror (critest's images) at the
+// authenticated registry, or back at the anonymous one, as AddMirror does.
 func (r *Rig) MirrorGCR(authenticated bool) error {
 	port := r.AnonRegistry
 	if authenticated {
@@ -271,7 +378,7 @@ func (r *Rig) MirrorGCR(authenticated bool) error {
 	if err != nil {
 		return err
 	}
-	return writeHostsToml(filepath.Join(filepath.Dir(r.ContainerdSock), "certs.d"), "gcr.io", p)
+	return r.AddMirror("gcr.io", p)
 }
 
 // Result is what a command printed and how it ended.
@@ -308,7 +415,7 @@ func (r *Rig) run(ctx context.Context, bin string, args ...string) Result {
 	return Result{Stdout: stdout.String(), Stderr: stderr.String(), Err: err}
 }
 
-// RunProxy starts the proxy binary in front of the rig's containerd,
+// RunProxy starts the proxy binary in front of the rig's runtime,
 // serving on socket, with extra flags (which may override the defaults),
 // and returns at once.
 func (r *Rig) RunProxy(bin, socket string, extra ...string) (*Proc, error) {
@@ -317,8 +424,8 @@ func (r *Rig) RunProxy(bin, socket string, extra ...string) (*Proc, error) {
 
 func (r *Rig) runProxy(bin, socket string, env, extra []string) (*Proc, error) {
 	args := append([]string{bin, "serve", "--socket", socket,
-		"--runtime-endpoint", "unix://" + r.ContainerdSock, "--monitoring-address", "-", "--log-level", "debug",
-		"--registry-hosts-dir", r.HostsDir()}, extra...)
+		"--runtime-endpoint", "unix://" + r.RuntimeSock, "--monitoring-address", "-", "--log-level", "debug"}, r.ProxyRegistryFlags()...)
+	args = append(args, extra...)
 	r.proxies++
 	log := filepath.Join(r.Dir, fmt.Sprintf("proxy-%d-%s.log", r.proxies, filepath.Base(socket)))
 	return StartProc("cri-image-proxy", log, env, args...)
@@ -363,6 +470,21 @@ func (r *Rig) RemoveAllPods(ctx context.Context) error {
 			return err
 		}
 		var errs []error
+		// Containers first, killed at once (timeout 0): CRI-O's
+		// StopPodSandbox sends them their stop signal and waits out the
+		// call's deadline for any that ignores it (a shell as PID 1 does),
+		// where containerd kills them.
+		ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		if err != nil {
+			return err
+		}
+		for _, c := range ctrs.Containers {
+			if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c.Id}); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
 		for _, p := range pods.Items {
 			if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
 				errs = append(errs, err)
@@ -379,18 +501,22 @@ func (r *Rig) RemoveAllPods(ctx context.Context) error {
 // deletes its directory.
 func (r *Rig) Stop() error {
 	var errs []error
-	if r.containerd != nil && r.containerd.Alive() {
+	if r.runtime != nil && r.runtime.Alive() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if err := r.RemoveAllPods(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("remove pods: %w", err))
 		}
 		cancel()
 	}
-	r.StopContainerd()
+	r.StopRuntime()
 	for _, p := range r.registries {
 		p.Stop(10 * time.Second)
 	}
-	killShims(r.ContainerdSock)
+	if r.Runtime.CRIO() {
+		cleanupCRIO(r.crioDir(), r.Runtime.Dir)
+	} else {
+		killShims(r.ContainerdSock)
+	}
 	if err := UnmountUnder(r.Dir); err != nil {
 		errs = append(errs, err)
 	}
@@ -415,6 +541,11 @@ func reapStale(base string, logf func(string, ...any)) {
 			continue // its owner still runs
 		}
 		logf("reaping stale rig %s", dir)
+		if crio := filepath.Join(dir, "crio"); crioToolsDir(crio) != "" {
+			// Containers first: once crio and conmon are dead, only the
+			// OCI runtime's state still knows them.
+			cleanupCRIO(crio, crioToolsDir(crio))
+		}
 		killByCwdOrArgs(dir)
 		killShims(filepath.Join(dir, "containerd", "containerd.sock"))
 		time.Sleep(200 * time.Millisecond)

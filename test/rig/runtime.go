@@ -8,18 +8,52 @@ import (
 	"strings"
 )
 
-// Runtime is the containerd a rig runs: a 2.x line built by
+// Runtime is the CRI runtime a rig runs. containerd: a 2.x line built by
 // hack/build-containerd.sh, 2.3 (the default and the reference: the
 // long-term release nodes run) or 2.4 (the newest minor), or Debian's 1.6
-// (the legacy leg, for operators still on it).
+// (the legacy leg, for operators still on it). CRI-O: 1.35, built by
+// hack/build-crio.sh (RUNTIME=crio), the second runtime Kubernetes nodes
+// run.
 type Runtime struct {
-	// Name is how tables and logs name it: "containerd 2.3.7", "containerd 1.6.20".
+	// Name is how tables and logs name it: "containerd 2.3.7",
+	// "containerd 1.6.20", "cri-o 1.35.2".
 	Name string
-	// Line is "2.3", "2.4" or "1.6".
+	// Kind is KindContainerd (or "", the same) or KindCRIO.
+	Kind string
+	// Line is "2.3", "2.4" or "1.6" for containerd, "1.35" for CRI-O.
 	Line string
-	// Dir holds containerd, containerd-shim-runc-v2 and runc; "" means
-	// PATH (Debian's packages).
+	// Dir holds containerd, containerd-shim-runc-v2 and runc, or crio,
+	// pinns, the runtime wrappers and the CNI plugins (cni/); "" means PATH
+	// (Debian's containerd 1.6).
 	Dir string
+}
+
+// The kinds of Runtime.
+const (
+	KindContainerd = "containerd"
+	KindCRIO       = "crio"
+)
+
+// CRIO reports whether the runtime is CRI-O.
+func (rt Runtime) CRIO() bool { return rt.Kind == KindCRIO }
+
+// DefaultCRIOVersion is the CRI-O hack/build-crio.sh builds: the module
+// proxy serves exact versions only, and this one builds and runs here.
+const DefaultCRIOVersion = "v1.35.2"
+
+// crioRuntime is the CRI-O that hack/build-crio.sh built into toolsDir.
+func crioRuntime(toolsDir string) (Runtime, error) {
+	dir := filepath.Join(toolsDir, "crio-"+DefaultCRIOVersion)
+	for _, b := range []string{"crio", "pinns", "runc", "runc.real", "ociclamp", "cni/bridge", "cni/host-local", "cni/loopback"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return Runtime{}, fmt.Errorf("%s not in %s: run hack/install-deps.sh (as root) first", b, dir)
+		}
+	}
+	if err := requireCommands("conmon"); err != nil {
+		return Runtime{}, err
+	}
+	v := strings.TrimPrefix(DefaultCRIOVersion, "v")
+	return Runtime{Name: "cri-o " + v, Kind: KindCRIO, Line: versionLine(v), Dir: dir}, nil
 }
 
 // DefaultContainerdVersion is the 2.3 patch hack/build-containerd.sh builds
@@ -33,12 +67,25 @@ var containerdVersions = map[string]string{
 	"2.4": "v2.4.2",
 }
 
-// RuntimeFromEnv chooses the runtime from $CONTAINERD: unset, "2" or "2.3"
-// is containerd 2.3 from toolsDir, "2.4" is containerd 2.4 from toolsDir,
-// "1.6" is Debian's. $CONTAINERD_VERSION (v2.3.5, v2.4.0, ...) picks another
-// patch hack/build-containerd.sh built; its line must be $CONTAINERD's when
-// both are set.
+// RuntimeFromEnv chooses the runtime from $RUNTIME: "crio" is CRI-O from
+// toolsDir; unset or "containerd" is containerd, chosen by $CONTAINERD:
+// unset, "2" or "2.3" is containerd 2.3 from toolsDir, "2.4" is containerd
+// 2.4 from toolsDir, "1.6" is Debian's. $CONTAINERD_VERSION (v2.3.5, v2.4.0,
+// ...) picks another patch hack/build-containerd.sh built; its line must be
+// $CONTAINERD's when both are set.
 func RuntimeFromEnv(toolsDir string) (Runtime, error) {
+	switch os.Getenv("RUNTIME") {
+	case "", KindContainerd:
+	case KindCRIO:
+		// One runtime at a time: a containerd named beside CRI-O would
+		// be silently left unused.
+		if c, v := os.Getenv("CONTAINERD"), os.Getenv("CONTAINERD_VERSION"); c != "" || v != "" {
+			return Runtime{}, fmt.Errorf("RUNTIME=crio with CONTAINERD=%q CONTAINERD_VERSION=%q: name one runtime", c, v)
+		}
+		return crioRuntime(toolsDir)
+	default:
+		return Runtime{}, fmt.Errorf("RUNTIME=%q: want containerd (the default) or crio", os.Getenv("RUNTIME"))
+	}
 	line := os.Getenv("CONTAINERD")
 	if line == "1.6" {
 		if err := requireCommands("containerd", "runc"); err != nil {
@@ -49,7 +96,7 @@ func RuntimeFromEnv(toolsDir string) (Runtime, error) {
 		if f := strings.Fields(string(out)); len(f) >= 3 {
 			name = "containerd " + strings.TrimPrefix(f[2], "v")
 		}
-		return Runtime{Name: name, Line: "1.6"}, nil
+		return Runtime{Name: name, Kind: KindContainerd, Line: "1.6"}, nil
 	}
 	if line == "" || line == "2" {
 		line = "2.3"
@@ -73,7 +120,7 @@ func RuntimeFromEnv(toolsDir string) (Runtime, error) {
 			return Runtime{}, fmt.Errorf("%s not in %s: run hack/install-deps.sh (as root) first", b, dir)
 		}
 	}
-	return Runtime{Name: "containerd " + strings.TrimPrefix(v, "v"), Line: line, Dir: dir}, nil
+	return Runtime{Name: "containerd " + strings.TrimPrefix(v, "v"), Kind: KindContainerd, Line: line, Dir: dir}, nil
 }
 
 // versionLine returns the major.minor of a version such as v2.4.2.
@@ -116,12 +163,17 @@ func (rt Runtime) config(dir, snapshotter string) string {
 }
 
 // AltRuntimeHandler is a second runtime handler of the 2.x rig: runc, with
-// its images unpacked by the native snapshotter (NativeSnapshots).
+// its images unpacked by the native snapshotter (NativeSnapshots). CRI-O
+// has it too (runc), with no storage of its own.
 const AltRuntimeHandler = "runc-alt"
 
-// NativeSnapshots returns how many snapshots the native snapshotter holds:
-// where images pulled for AltRuntimeHandler are unpacked.
+// NativeSnapshots returns how many snapshots containerd's native
+// snapshotter holds: where images pulled for AltRuntimeHandler are
+// unpacked (0 on CRI-O).
 func (r *Rig) NativeSnapshots() int {
+	if r.ContainerdSock == "" {
+		return 0
+	}
 	entries, _ := os.ReadDir(filepath.Join(filepath.Dir(r.ContainerdSock), "root", "io.containerd.snapshotter.v1.native", "snapshots"))
 	return len(entries)
 }

@@ -8,6 +8,7 @@ import (
 )
 
 func TestRuntimeFromEnvChoosesTheBuiltLineAndPatch(t *testing.T) {
+	t.Setenv("RUNTIME", "")
 	tools := t.TempDir()
 	for _, v := range []string{"v2.3.7", "v2.4.2", "v2.4.0"} {
 		dir := filepath.Join(tools, "containerd-"+v)
@@ -56,5 +57,45 @@ func TestRuntimeFromEnvChoosesTheBuiltLineAndPatch(t *testing.T) {
 				t.Errorf("Dir = %s, want %s", rt.Dir, want)
 			}
 		})
+	}
+}
+
+func TestRuntimeFromEnvRuntimeCRIO(t *testing.T) {
+	tools := t.TempDir()
+	dir := filepath.Join(tools, "crio-"+DefaultCRIOVersion)
+	t.Setenv("CONTAINERD", "")
+	t.Setenv("CONTAINERD_VERSION", "")
+
+	t.Setenv("RUNTIME", "crio")
+	if _, err := RuntimeFromEnv(tools); err == nil || !strings.Contains(err.Error(), "run hack/install-deps.sh") {
+		t.Fatalf("with nothing built: err = %v, want one saying how to build it", err)
+	}
+	for _, b := range []string{"crio", "pinns", "runc", "runc.real", "ociclamp", "cni/bridge", "cni/host-local", "cni/loopback"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, b)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, b), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, err := RuntimeFromEnv(tools)
+	if err != nil {
+		if strings.Contains(err.Error(), "missing") {
+			t.Skipf("conmon not installed here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if !rt.CRIO() || rt.Name != "cri-o 1.35.2" || rt.Line != "1.35" || rt.Dir != dir || rt.Legacy() {
+		t.Errorf("got %+v, want cri-o 1.35.2 from %s", rt, dir)
+	}
+
+	t.Setenv("CONTAINERD", "2.4")
+	if _, err := RuntimeFromEnv(tools); err == nil || !strings.Contains(err.Error(), "name one runtime") {
+		t.Errorf("RUNTIME=crio with CONTAINERD=2.4: err = %v, want a refusal", err)
+	}
+	t.Setenv("CONTAINERD", "")
+	t.Setenv("RUNTIME", "docker")
+	if _, err := RuntimeFromEnv(tools); err == nil || !strings.Contains(err.Error(), "want containerd (the default) or crio") {
+		t.Errorf("RUNTIME=docker: err = %v, want a refusal", err)
 	}
 }
