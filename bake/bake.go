@@ -49,7 +49,7 @@ type Options struct {
 // Result is what became of one listed image.
 type Result struct {
 	Image    string // the normalized reference
-	ImageID  string // the runtime's image ID
+	ImageID  string // the runtime's image ID, as sha256:<hex>
 	Digest   string // the manifest digest the reference resolved to
 	Size     uint64
 	Provider string // the credential provider whose credential pulled it; "" anonymous
@@ -115,7 +115,8 @@ func pullOne(ctx context.Context, svc ImageService, image string, opts Options) 
 		return res
 	}
 	res.Provider = used.Provider
-	res.ImageID = resp.GetImageRef()
+	// The records keep IDs in one form; CRI-O writes them as bare hex.
+	res.ImageID = imageref.CanonicalID(resp.GetImageRef())
 	st, err := svc.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 	if err != nil || st.GetImage() == nil {
 		res.Err = fmt.Errorf("pulled, but the runtime does not show it: %v", errOr(err, "not present"))

@@ -77,6 +77,14 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		}
 	}
 
+	if err := g.RecordsAvailable(); err != nil {
+		// The database could not be opened: no pull can be recorded,
+		// answered from the node or not. Refused before the registry or the
+		// runtime is asked, as the intent's write would refuse it. (A
+		// database that fails a write is tried again by each pull.)
+		g.metrics.recordErr.Inc()
+		return "", fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", req.Image, errdefs.ErrUnavailable)
+	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
