@@ -207,7 +207,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 			return -1, -1
 		}
 		return r, i
-	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil }, func() bool { return g.RecordsWritable() == nil })
+	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil }, func() bool { return g.RecordsWritable() == nil }, g.observed.Load)
 	if err != nil {
 		return nil, err
 	}

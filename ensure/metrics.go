@@ -23,7 +23,7 @@ type metrics struct {
 	arrivals  prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func() int, available, writable func() bool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func() int, available, writable, observed func() bool) (*metrics, error) {
 	opts := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "cri_image_proxy", Subsystem: "ensure", Name: name, Help: help}
 	}
@@ -49,6 +49,7 @@ func newMetrics(reg prometheus.Registerer, counts func() (int, int), grants func
 		gauge("pod_grants", "Images granted to pods, in memory.", func() float64 { return float64(grants()) }),
 		gauge("records_available", "1 when the records database is open; 0 when it could not be opened at start: every image that needs verification is then refused until it is fixed and the proxy restarted (see the log).", boolGauge(available)),
 		gauge("records_writable", "1 while the records database takes writes; 0 from a write that failed (a full or read-only filesystem: pulls are refused, or their images need verification by every pod) until one succeeds again.", boolGauge(writable)),
+		gauge("node_observed", "1 once a look at the node's images has succeeded; 0 until then (the runtime not answering at start): no image counts as preloaded and no layer as public meanwhile.", boolGauge(observed)),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
