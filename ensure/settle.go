@@ -314,16 +314,6 @@ func (u *unknownLayerTable) retain(keep func(imageRef string) bool, listedAt tim
 	}
 }
 
-func (u *unknownLayerTable) list() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	out := make([]string, 0, len(u.m))
-	for ref := range u.m {
-		out = append(out, ref)
-	}
-	return out
-}
-
 // removalTable remembers when images were removed through the proxy
 // (RemoveImage forgot their records), for the pulls under way then.
 type removalTable struct {
