@@ -3,6 +3,7 @@ module github.com/cri-image-proxy/cri-image-proxy
 go 1.26.8
 
 require (
+	github.com/containerd/containerd/api v1.11.1
 	github.com/containerd/containerd/v2 v2.3.7
 	github.com/containerd/errdefs v1.0.0
 	github.com/containerd/errdefs/pkg v0.3.0

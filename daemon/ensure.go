@@ -20,6 +20,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
+	"github.com/cri-image-proxy/cri-image-proxy/internal/runtimecontent"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
 )
 
@@ -184,6 +185,10 @@ func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e conf
 		// at the registry: the PullImage chain is the guard's.
 		opts.Accounts, opts.Credentials = d.injector, d.injector
 	}
+	// containerd's content store, on the image service's socket: the
+	// registry check learns a pulled image's config from it while the
+	// runtime pulls (a runtime without it, CRI-O, is asked once).
+	opts.Manifests = runtimecontent.New(d.backend.Image)
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(d.backend.Image), runtimeapi.NewRuntimeServiceClient(d.backend.Runtime))
 	return ensure.NewGuard(store, policy, rt, opts)
 }

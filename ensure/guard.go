@@ -106,6 +106,10 @@ type GuardOptions struct {
 	// Credentials runs a pull's tries with credential injection's
 	// credentials after the request's own; nil: the request's own only.
 	Credentials Credentials
+	// Manifests reads a manifest from the runtime's store while its pull
+	// runs (containerd's content API), so that the registry check asks for
+	// the config beside the pull; nil: after it.
+	Manifests RuntimeManifests
 	// Accounts re-checks service-account re-uses against the token plugins
 	// as they are now; nil means none are configured, and a pull recorded
 	// for a service account is then never re-used.
@@ -156,6 +160,8 @@ type Guard struct {
 	registry RegistryCheck
 	// credentials is nil without credential injection.
 	credentials Credentials
+	// manifests is nil where the runtime's store cannot be read.
+	manifests RuntimeManifests
 	// imagePolicy is noImagePolicy without an image policy.
 	imagePolicy ImagePolicy
 
@@ -175,7 +181,7 @@ type Guard struct {
 func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(), observedNow: make(chan struct{}),
-		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials,
+		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests,
 		imagePolicy: opts.ImagePolicy,
 	}
 	if g.imagePolicy == nil {

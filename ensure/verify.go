@@ -19,6 +19,13 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
+// RuntimeManifests reads a manifest's bytes from the runtime's own store
+// once its pull fetched them, waiting until then or until ctx ends;
+// *runtimecontent.Reader (containerd's content API) is the real one.
+type RuntimeManifests interface {
+	Manifest(ctx context.Context, d digest.Digest) ([]byte, error)
+}
+
 // RegistryCheck asks an image's own registry (never a mirror the operator
 // did not vouch for) whether a credential can read the image in its
 // repository, content-aware; *registry.Checker is the real one.
@@ -167,6 +174,9 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 		ref     string
 		err     error
 		started bool
+	}
+	if g.manifests != nil {
+		req.RuntimeManifest = g.manifests.Manifest
 	}
 	pullCtx, stop := context.WithCancel(ctx)
 	defer stop()

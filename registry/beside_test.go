@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -100,6 +102,74 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		if !errors.Is(err, refused) || told != e.imgMan {
 			t.Fatalf("got %v, told %s; want the hook's refusal, told %s", err, told, e.imgMan)
 		}
+	})
+	t.Run("the runtime's store has the manifest: the config's bytes are asked while the runtime still pulls", func(t *testing.T) {
+		for _, tc := range []struct {
+			name     string
+			image    string
+			recorded digest.Digest
+		}{
+			{"a manifest", "team-a/app:v1", e.imgMan},
+			{"an index, then the platform's manifest", "team-a/multi:v1", e.indexDig},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				stored := map[digest.Digest][]byte{}
+				for _, m := range []interface{ RawManifest() ([]byte, error) }{e.img, e.index} {
+					b, err := m.RawManifest()
+					if err != nil {
+						t.Fatal(err)
+					}
+					stored[digest.FromBytes(b)] = b
+				}
+				asked := make(chan struct{})
+				var once sync.Once
+				e.reg.setHook(func(_ http.ResponseWriter, r *http.Request) bool {
+					if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/blobs/"+e.imgID.String()) {
+						once.Do(func() { close(asked) })
+					}
+					return false
+				})
+				defer e.reg.setHook(nil)
+				before := false
+				res, err := e.newChecker(t, Options{}).Check(ctx, Request{Image: e.image(tc.image), Credential: alice(), Blobs: true,
+					RuntimeManifest: func(_ context.Context, d digest.Digest) ([]byte, error) {
+						if b, ok := stored[d]; ok {
+							return b, nil
+						}
+						return nil, errors.New("not in the store")
+					},
+					Pulled: func(ctx context.Context) (PulledImage, error) {
+						// The runtime's pull ends only once the config was asked
+						// (bounded: without the early ask it never is).
+						select {
+						case <-asked:
+							before = true
+						case <-time.After(10 * time.Second):
+						}
+						return PulledImage{ImageID: e.imgID, ManifestDigests: []digest.Digest{tc.recorded}}, nil
+					}})
+				if err != nil || !before || res.ConfigDigest != e.imgID || len(res.Layers) == 0 {
+					t.Fatalf("got %v, config %s, asked before the pull ended: %v; want the config asked beside the pull", err, res.ConfigDigest, before)
+				}
+			})
+		}
+		t.Run("a manifest the runtime's store does not have: the config is asked after the pull, as without it", func(t *testing.T) {
+			res, err := e.newChecker(t, Options{}).Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
+				RuntimeManifest: func(context.Context, digest.Digest) ([]byte, error) { return nil, errors.New("not in the store") },
+				Pulled:          pulled(e.imgID, e.imgMan)})
+			if err != nil || res.ConfigDigest != e.imgID {
+				t.Fatalf("got %v, config %s", err, res.ConfigDigest)
+			}
+		})
+		t.Run("bytes that are not the manifest the registry named are not taken", func(t *testing.T) {
+			b, _ := e.other.RawManifest()
+			res, err := e.newChecker(t, Options{}).Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
+				RuntimeManifest: func(context.Context, digest.Digest) ([]byte, error) { return b, nil },
+				Pulled:          pulled(e.imgID, e.imgMan)})
+			if err != nil || res.ConfigDigest != e.imgID {
+				t.Fatalf("got %v, config %s; want the runtime's config checked as without the early ask", err, res.ConfigDigest)
+			}
+		})
 	})
 	t.Run("a layer to prove: the manifest is fetched for its blobs, then the layer proven", func(t *testing.T) {
 		lr := newLyingRegistry(t)

@@ -98,6 +98,15 @@ type Request struct {
 	// runtime: a decision on it (image policy) runs beside the pull. Its
 	// error ends the check with it.
 	Resolved func(ctx context.Context, manifest digest.Digest) error
+	// RuntimeManifest, when set (with Pulled), reads a manifest's bytes
+	// from the runtime's own store once its pull has fetched them (it
+	// waits until then, or until ctx ends): the check then learns the
+	// config's digest while the runtime still pulls the layers, and asks
+	// the registry for the config's bytes beside them rather than after the
+	// pull. The bytes are verified against the digest the registry named;
+	// what the runtime finally holds must still be that config. nil, or an
+	// error: the config is asked once the runtime's pull ended.
+	RuntimeManifest func(ctx context.Context, d digest.Digest) ([]byte, error)
 }
 
 // PulledImage is what the runtime's own pull proved of an image: its ID
