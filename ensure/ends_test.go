@@ -661,3 +661,34 @@ func TestARecheckOfARecordedCredentialWritesNothing(t *testing.T) {
 		t.Errorf("a re-check two minutes later wrote %d times, want the record's verification time", n)
 	}
 }
+
+// TestAnExpiredRecordsNewVerificationIsWritten: with a maximum record age
+// shorter than the re-check's refresh, a credential verified again past
+// the age is written, so the next pull re-uses it (the re-check's saving
+// must not keep an expired record expired).
+func TestAnExpiredRecordsNewVerificationIsWritten(t *testing.T) {
+	t.Parallel()
+	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s.guard.SetExpiry(&ensure.Expiry{Default: 3 * time.Second})
+	if got := s.start(podA, private, "IfNotPresent"); got != running {
+		t.Fatalf("A: %s", got)
+	}
+	s.clock.Step(4 * time.Second)
+	w := &writeCounter{RecordStore: s.store}
+	s.store = w
+	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.guard.SetExpiry(&ensure.Expiry{Default: 3 * time.Second})
+	if got := s.start(podA2, private, "IfNotPresent"); got != running {
+		t.Fatalf("A's second pod, past the age: %s", got)
+	}
+	if n := w.writes.Load(); n == 0 {
+		t.Errorf("a verification past the maximum age wrote nothing: the record stays expired")
+	}
+	w.writes.Store(0)
+	if got := s.start(podA2, private, "IfNotPresent"); got != running {
+		t.Fatalf("A's second pod again: %s", got)
+	}
+	if n := w.writes.Load(); n != 0 {
+		t.Errorf("the pull right after the new verification wrote %d times, want a re-use", n)
+	}
+}

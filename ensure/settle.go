@@ -212,11 +212,22 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 }
 
 // verifyRefresh is how often a re-check of a recorded credential rewrites
-// its verification time.
+// its verification time. Where a maximum record age applies, a tenth of it
+// is: an expired record is always older than that, so its new
+// verification is always written (and the next pull re-uses it).
 const verifyRefresh = time.Minute
 
+// refreshWithin is the age under which a re-check of repo's credential is
+// not rewritten.
+func (g *Guard) refreshWithin(repo string) time.Duration {
+	if max := g.Expiry().MaxAge(repo); max > 0 && max/10 < verifyRefresh {
+		return max / 10
+	}
+	return verifyRefresh
+}
+
 // verifiedRecently reports whether the record of imageRef holds cred for
-// repo, verified less than verifyRefresh ago, with its layers known.
+// repo, verified less than refreshWithin(repo) ago, with its layers known.
 func (g *Guard) verifiedRecently(imageRef, repo string, cred Credential) bool {
 	if _, ok := g.store.Layers(imageRef); !ok {
 		return false
@@ -225,9 +236,10 @@ func (g *Guard) verifiedRecently(imageRef, repo string, cred Credential) bool {
 	if len(keys) == 0 {
 		return false
 	}
+	within := g.refreshWithin(repo)
 	for _, k := range keys {
 		at, ok, err := g.store.VerifiedAt(imageRef, repo, k)
-		if err != nil || !ok || g.clock.Since(at) >= verifyRefresh || at.After(g.clock.Now()) {
+		if err != nil || !ok || g.clock.Since(at) >= within || at.After(g.clock.Now()) {
 			return false
 		}
 	}
