@@ -41,6 +41,10 @@ type criRuntime struct {
 	form *crireq.IDForm
 }
 
+// LearnID notes the form of an ID the runtime answered (a pull's
+// image_ref): crireq.ImageID.
+func (r criRuntime) LearnID(id string) { r.form.Learn(id) }
+
 // RuntimeID is an image ID as the runtime writes it.
 func (r criRuntime) RuntimeID(id string) string { return r.form.Out(id) }
 

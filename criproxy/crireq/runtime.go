@@ -92,6 +92,9 @@ type runtimeImages struct {
 	form *IDForm
 }
 
+// LearnID notes the form of an ID the runtime answered elsewhere.
+func (r runtimeImages) LearnID(id string) { r.form.Learn(id) }
+
 func (r runtimeImages) Image(ctx context.Context, q ImageQuery) (Image, bool, error) {
 	spec := q.spec()
 	spec.Image = r.form.Out(spec.Image)
@@ -141,6 +144,11 @@ func ListedAs(names *imageref.Names, repo string, lists ...[]string) bool {
 // match another image.
 func ImageID(ctx context.Context, images Images, name, ref string) string {
 	if imageref.IsID(ref) {
+		if l, ok := images.(idLearner); ok {
+			// The pull's answer may be the first ID the runtime gave: the
+			// next question by ID must be in its form.
+			l.LearnID(ref)
+		}
 		return imageref.CanonicalID(ref)
 	}
 	if img, ok, err := images.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
@@ -148,6 +156,10 @@ func ImageID(ctx context.Context, images Images, name, ref string) string {
 	}
 	return ref
 }
+
+// idLearner is an Images that learns the runtime's form of image IDs
+// from its answers (IDForm).
+type idLearner interface{ LearnID(id string) }
 
 // IDDigest is an image ID as a digest (a bare hex ID is sha256's).
 func IDDigest(id string) digest.Digest {

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,16 +43,17 @@ func TestALateRefusalLeavesATrackedHiddenImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(mirror.Close)
-	hosts := filepath.Join(testRig.HostsDir(), regName, "hosts.toml")
-	orig, err := os.ReadFile(hosts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.WriteFile(hosts, orig, 0o644) })
+	regPort := portOf(t, testRig.Registry)
+	t.Cleanup(func() {
+		if err := testRig.AddMirror(regName, regPort); err != nil {
+			t.Errorf("taking the mirror of %s away: %v", regName, err)
+		}
+	})
+	// The image's name needs no credential at the runtime, whose pulls go
+	// to the mirror: CRI-O too, which sends none to a rewritten location.
 	useServer := func(port int) {
 		t.Helper()
-		c := fmt.Sprintf("server = \"http://127.0.0.1:%d\"\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\"]\n", port, mirror.Port())
-		if err := os.WriteFile(hosts, []byte(c), 0o644); err != nil {
+		if err := testRig.SetMirror(regName, mirror.Port(), port); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -149,8 +149,8 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 		podID := strings.TrimSpace(mustCrictl(t, p.ep, "runp", alice2.config))
 		defer func() { crictl(t, p.ep, "stopp", podID); crictl(t, p.ep, "rmp", podID) }()
 		ctr := containerConfig(t, "a2-ctr", img, "true")
-		if r := crictl(t, p.ep, "create", podID, ctr, alice2.config); r.Err != nil {
-			t.Errorf("create: %v\n%s", r.Err, r.Stderr)
+		if _, passed, msg := createThrough(t, p.ep, podID, ctr, alice2.config); !passed {
+			t.Errorf("create: %s", msg)
 		}
 	})
 

@@ -230,7 +230,7 @@ func (p policyPod) container(t *testing.T, ep, sandbox, image, marker string, vo
 	name := fmt.Sprintf("%s-%d", p.name, containers)
 	cfg := containerConfig(t, name, image, "cat /marker; sleep 3600")
 	if len(volumes) > 0 {
-		cfg = mountConfig(t, name, image, volumes[0])
+		cfg = mountConfig(t, name, image, volumes[0], volumes[0])
 	}
 	r := crictl(t, ep, "create", sandbox, cfg, p.config)
 	if r.Err != nil {

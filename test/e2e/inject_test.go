@@ -128,8 +128,8 @@ func TestCredentialInjection(t *testing.T) {
 	t.Run("a pull without credentials succeeds with the plugin's credential", func(t *testing.T) {
 		// Anonymous pulls of this image fail with 401 (TestImageServiceThroughTheProxy).
 		out := mustCrictl(t, ep, "pull", img)
-		if !strings.HasPrefix(out, "Image is up to date for sha256:") {
-			t.Errorf("output %q", out)
+		if id, ok := pulledImageID(out); !ok || id != imageID(t, img) {
+			t.Errorf("output %q: want the image's ID as the runtime writes it", out)
 		}
 		if good.runs("alice-provider") != 1 {
 			t.Errorf("plugin ran %d times, want 1", good.runs("alice-provider"))
@@ -286,6 +286,11 @@ func TestConcurrentPullsRunThePluginOnce(t *testing.T) {
 // fail on 401s; through a proxy with a credential provider they pass.
 func TestCritestImageManagerNeedsTheProxy(t *testing.T) {
 	needRig(t)
+	if testRig.Runtime.CRIO() {
+		// critest names its images gcr.io/..., which the rig rewrites to the
+		// registry's address in registries.conf.
+		t.Skipf("n/a on %s: it sends a pull's credential only to the host an image's name names, never to the location registries.conf rewrites gcr.io to, so no injected credential reaches the registry, through the proxy or not (CRI-O's own behaviour; TestCredentialInjection shows the injection with an image named by the registry's address)", testRig.Runtime.Name)
+	}
 	if err := testRig.MirrorGCR(true); err != nil {
 		t.Fatal(err)
 	}

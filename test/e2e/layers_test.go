@@ -129,10 +129,21 @@ func madeUpLayers(n int) []v1.Descriptor {
 // digests of another tenant's private image (its image ID, manifest,
 // diff_ids, layer digests), runs none of its content, whatever its
 // registry serves under its own name. Each way is shown first straight to
-// containerd (the control: B's container reads A's file), then through the
-// proxy: B's pull refused, B's container refused by every name, C's too.
+// the runtime (the control: B's container reads A's file), then through
+// the proxy: B's pull refused, B's container refused by every name, C's too.
 // A copy of B's own (A's blobs pushed to B's registry) works once its
 // bytes are proven, and is re-used without fetching again.
+//
+// On CRI-O the controls differ: CRI-O fetches an image's config from the
+// registry whatever the node holds, so the families naming A's config
+// (1, 2) fail at B's registry, which cannot serve it; and it checks a
+// layer it downloads against the config's diff_id, so made-up or B's own
+// blobs under A's diff_ids (3) fail too. Those controls show CRI-O's own
+// failure, and through the proxy B's pull fails as straight to CRI-O or
+// is refused. But CRI-O reuses a layer it holds by its blob digest without
+// asking the registry: B's own config with A's diff_ids and A's layer
+// descriptors gives B's container A's file straight to CRI-O, and that
+// one is refused through the proxy as on containerd.
 func TestNoDigestIsAKey(t *testing.T) {
 	needRig(t)
 	const marker = "A's private file (no digest is a key)"
@@ -140,7 +151,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 	if _, err := testRig.PushBusybox(repoA+":v1", marker); err != nil {
 		t.Fatal(err)
 	}
-	imgA := rigRegistryName + "/" + repoA + ":v1"
+	imgA := privateRegistryName() + "/" + repoA + ":v1"
 	a := readLeakedImage(t, testRig.Registry+"/"+repoA+":v1")
 	alice := newTenant(t, "nd-alice", "alice:"+rig.Users["alice"])
 	bob := newTenant(t, "nd-bob", "")
@@ -151,12 +162,15 @@ func TestNoDigestIsAKey(t *testing.T) {
 		if r := alice.pull(t, p.ep, imgA); r.Err != nil {
 			t.Fatalf("A's pull: %v\n%s", r.Err, r.Stderr)
 		}
-		if got := imageID(t, imgA); got != a.id {
+		if got := imageID(t, imgA); !sameImage(got, a.id) {
 			t.Fatalf("A's image is %s, want %s", got, a.id)
 		}
 	}
 	pullA(t)
-	t.Cleanup(func() { crictl(t, direct(), "rmi", a.id) })
+	// A's image ID as the runtime writes it (CRI-O: bare hex), to name it
+	// by in its calls, and as neither form may name it to B.
+	idA, hexA := imageID(t, imgA), strings.TrimPrefix(a.id, "sha256:")
+	t.Cleanup(func() { crictl(t, direct(), "rmi", idA) })
 
 	b := startTenantRegistry(t)
 	// B's own configs, one per way of serving the layers: each its own image.
@@ -187,16 +201,17 @@ func TestNoDigestIsAKey(t *testing.T) {
 		name   string
 		image  string
 		sameID bool // the runtime names A's image ID under B's name
+		crio   bool // it works straight to CRI-O too
 	}{
 		{"1. a manifest of B's naming A's config (A's image ID) and A's layer digests", b.Manifest(t, "b/a-config", "v1", ociManifestType,
-			func() ociManifest { m := annotated; m.Config = configDesc(a); m.Layers = a.descs; return m }()), true},
+			func() ociManifest { m := annotated; m.Config = configDesc(a); m.Layers = a.descs; return m }()), true, false},
 		{"1. a manifest of B's naming A's config, with made-up layer digests", b.Manifest(t, "b/a-config-made-up", "v1", ociManifestType,
 			func() ociManifest {
 				m := annotated
 				m.Config = configDesc(a)
 				m.Layers = madeUpLayers(len(a.descs))
 				return m
-			}()), true},
+			}()), true, false},
 		{"1. a manifest of B's naming A's config with a wrong size", b.Manifest(t, "b/a-config-size", "v1", ociManifestType,
 			func() ociManifest {
 				m := annotated
@@ -204,23 +219,38 @@ func TestNoDigestIsAKey(t *testing.T) {
 				m.Config.Size += 17
 				m.Layers = a.descs
 				return m
-			}()), true},
-		{"2. A's exact manifest, rebuilt byte for byte", b.Manifest(t, "b/a-exact", "v1", a.mediaType, a.manifest), true},
+			}()), true, false},
+		{"2. A's exact manifest, rebuilt byte for byte", b.Manifest(t, "b/a-exact", "v1", a.mediaType, a.manifest), true, false},
 		{"3. a config of B's own with A's diff_ids, and made-up layer blobs", b.Manifest(t, "b/own-made-up", "v1", ociManifestType,
-			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-made-up"], Layers: madeUpLayers(len(a.descs))}), false},
+			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-made-up"], Layers: madeUpLayers(len(a.descs))}), false, false},
 		{"3. a config of B's own with A's diff_ids, and A's layer digests", b.Manifest(t, "b/own-a-digests", "v1", ociManifestType,
-			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-a-digests"], Layers: a.descs}), false},
+			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-a-digests"], Layers: a.descs}), false, true},
 		{"3. a config of B's own with A's diff_ids, and B's own real layer blobs", b.Manifest(t, "b/own-blobs", "v1", ociManifestType,
-			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-blobs"], Layers: bOwnLayers}), false},
+			ociManifest{SchemaVersion: 2, MediaType: ociManifestType, Config: ownDesc["b/own-blobs"], Layers: bOwnLayers}), false, false},
 	}
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
-			t.Run("control: straight to containerd, B's container reads A's file", func(t *testing.T) {
-				if r := crictl(t, direct(), "pull", f.image); r.Err != nil {
+			// The runtime's own failure of B's pull, straight to it (CRI-O's
+			// of most families): through the proxy B's pull may fail the same.
+			var runtimeFails string
+			t.Run("control: straight to the runtime, B's container reads A's file, or the runtime fails B's pull itself", func(t *testing.T) {
+				r := crictl(t, direct(), "pull", f.image)
+				if testRig.Runtime.CRIO() && !f.crio {
+					if r.Err == nil {
+						t.Fatalf("%s pulled it, which this test takes it to fail: %s", testRig.Runtime.Name, r.Stdout)
+					}
+					if id, held := runtimeImage(t, f.image); held {
+						t.Fatalf("%s failed the pull but holds B's name, as %s", testRig.Runtime.Name, id)
+					}
+					runtimeFails = crictlMessage(r.Stderr)
+					t.Logf("%s fails B's pull by itself: %s", testRig.Runtime.Name, runtimeFails)
+					return
+				}
+				if r.Err != nil {
 					t.Fatalf("the pull failed: the test's premise is wrong: %v\n%s", r.Err, r.Stderr)
 				}
 				id := imageID(t, f.image)
-				if f.sameID && id != a.id {
+				if f.sameID && !sameImage(id, a.id) {
 					t.Fatalf("B's name stands for %s, not A's image %s", id, a.id)
 				}
 				if err := bob.reads(t, direct(), f.image, marker); err != nil {
@@ -246,8 +276,10 @@ func TestNoDigestIsAKey(t *testing.T) {
 			})
 			t.Run("through the proxy: B's pull is refused, what the runtime left is hidden, B and C are refused by every name", func(t *testing.T) {
 				r := bob.pull(t, p.ep, f.image)
-				if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") || !strings.Contains(r.Stderr, f.image) || strings.Contains(r.Stderr, a.id) {
-					t.Errorf("B's pull: want PermissionDenied naming B's image and not A's ID: %v\n%s", r.Err, r.Stderr)
+				msg := crictlMessage(r.Stderr)
+				refused := strings.Contains(msg, "PermissionDenied") || (runtimeFails != "" && msg == runtimeFails)
+				if r.Err == nil || !refused || !strings.Contains(r.Stderr, f.image) || strings.Contains(r.Stderr, hexA) {
+					t.Errorf("B's pull: want PermissionDenied (or the runtime's own failure, as straight to it) naming B's image and not A's ID: %v\n%s", r.Err, r.Stderr)
 				}
 				// The runtime pulls beside the check: what it left under B's
 				// name is tracked, and hidden from every pod.
@@ -257,7 +289,7 @@ func TestNoDigestIsAKey(t *testing.T) {
 					}
 				}
 				for _, tn := range []tenant{bob, carol} {
-					for _, ref := range []string{f.image, a.id, strings.TrimPrefix(a.id, "sha256:")[:16]} {
+					for _, ref := range []string{f.image, idA, hexA[:16]} {
 						if err := tn.creates(t, p.ep, ref); err == nil {
 							t.Errorf("%s created a container of %s", tn.name, ref)
 						}

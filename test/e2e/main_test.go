@@ -71,6 +71,9 @@ func run(m *testing.M) int {
 	}
 	defer func() {
 		logf("stopping the rig")
+		if keep := os.Getenv("E2E_KEEP_LOGS"); keep != "" {
+			exec.Command("sh", "-c", "mkdir -p "+keep+" && cd "+testRig.Dir+" && find . -name '*.log' -exec cp --parents {} "+keep+" \\;").Run()
+		}
 		if testKube != nil {
 			testKube.Stop()
 		}

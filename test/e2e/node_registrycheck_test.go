@@ -33,7 +33,7 @@ func (e *nodeEnv) scenarioMirror(t *testing.T) {
 	createPullSecretFor(t, e.k, e.nsA, "regcred-dns", rigRegistryName, "alice", rig.Users["alice"])
 	a := e.waitRunning(t, e.run(t, podSpec{ns: e.nsA, name: "mirror-a", image: image, policy: corev1.PullIfNotPresent, secret: "regcred-dns"}))
 	id := imageID(t, image)
-	mirrorForAnyone(t)
+	mirrorForAnyone(t, rigRegistryName)
 
 	// The runtime pulls beside the registry check (through the mirror,
 	// here) until the registry refuses B: B's pods never run whatever it did.

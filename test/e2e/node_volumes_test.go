@@ -92,7 +92,7 @@ func (e *nodeEnv) scenarioVolumeCrictl(t *testing.T) {
 	})
 	podID := strings.TrimSpace(mustCrictl(t, e.proxy.ep, "runp", cfg))
 	defer func() { crictl(t, e.proxy.ep, "stopp", podID); crictl(t, e.proxy.ep, "rmp", podID) }()
-	r := crictl(t, e.proxy.ep, "create", podID, mountConfig(t, e.v.id+"-vol-crictl", e.anonymous(publicImage), e.image(privateImage)), cfg)
+	r := crictl(t, e.proxy.ep, "create", podID, mountConfig(t, e.v.id+"-vol-crictl", e.anonymous(publicImage), e.image(privateImage), e.image(privateImage)), cfg)
 	if r.Err == nil || !strings.Contains(r.Stderr, "PermissionDenied") {
 		t.Errorf("crictl create with an image mount of a hidden image: %v\n%s", r.Err, fatalMessage(r.Stderr))
 	}

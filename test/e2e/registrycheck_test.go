@@ -3,8 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,22 +18,24 @@ import (
 // TestTheRegistrysWordNotTheRuntimes: a runtime's pull that succeeded
 // is no proof that a credential can read an image. Two setups common on
 // real nodes make it succeed without the registry's word, shown first
-// straight to containerd (the controls), then refused through the proxy:
-//   - a mirror in containerd's hosts.toml that serves the private
-//     registry's content to anyone (a second registry over the same
-//     storage, without authentication, as a pull-through cache holding the
-//     registry's credentials does);
+// straight to the runtime (the controls), then refused through the proxy:
+//   - a mirror (containerd's hosts.toml, CRI-O's registries.conf) that
+//     serves the private registry's content to anyone (a second registry
+//     over the same storage, without authentication, as a pull-through
+//     cache holding the registry's credentials does);
 //   - a registry of B's own that serves A's manifest under B's name and no
 //     blob at all: containerd fetches nothing, the content being on the
-//     node already, and B's name comes to stand for A's image.
+//     node already, and B's name comes to stand for A's image. CRI-O
+//     fetches the config whatever it holds and fails the pull by itself;
+//     through the proxy B is refused all the same.
 //
 // A keeps working and re-uses; a legitimate copy of the image in B's own
 // repository (B pushed the blobs) still works for B.
 func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	needRig(t)
-	// A private image of A's, under the registry's DNS-like name, whose
-	// hosts.toml the test rewrites.
-	const regName = rigRegistryName
+	// A private image of A's, under a name of the registry the test puts
+	// a mirror in front of.
+	regName := privateRegistryName()
 	if _, err := testRig.PushBusybox("mirror-a/app:v1", "a's private image, behind a mirror"); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +54,8 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	t.Cleanup(func() { rmi(imgA) })
 
 	regPort := portOf(t, testRig.Registry)
-	restoreHosts := mirrorForAnyone(t)
-	t.Run("control: straight to containerd, the mirror serves A's private image with no credential", func(t *testing.T) {
+	restoreHosts := mirrorForAnyone(t, regName)
+	t.Run("control: straight to the runtime, the mirror serves A's private image with no credential", func(t *testing.T) {
 		rmi(imgA)
 		if r := crictl(t, direct(), "pull", imgA); r.Err != nil {
 			t.Fatalf("the mirror did not serve it: the test's premise is wrong: %v\n%s", r.Err, r.Stderr)
@@ -70,10 +70,10 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 			t.Fatalf("%v\n%s", r.Err, r.Stderr)
 		}
 		idA = imageID(t, imgA)
-		if log := p.proc.LogText(); !strings.Contains(log, "the registry verified the credential") || !strings.Contains(log, fmt.Sprintf("127.0.0.1:%d", regPort)) {
+		if log := p.proc.LogText(); !strings.Contains(log, "the registry verified the credential") || !strings.Contains(log, fmt.Sprintf("endpoint=http://127.0.0.1:%d/", regPort)) {
 			t.Errorf("the decision log does not say the registry (127.0.0.1:%d) verified A's credential", regPort)
 		}
-		if out, err := p.records(t, "explain", imgA); err != nil || !strings.Contains(out, "verified:") || !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d", regPort)) || !strings.Contains(out, "basic credential") {
+		if out, err := p.records(t, "explain", imgA); err != nil || !strings.Contains(out, "verified:") || !strings.Contains(out, fmt.Sprintf("by the registry (http://127.0.0.1:%d/", regPort)) || !strings.Contains(out, "basic credential") {
 			t.Errorf("records explain does not say which endpoint verified A's credential, and how: %v\n%s", err, out)
 		}
 	})
@@ -122,8 +122,22 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	imgB := bReg + "/b/app:v1"
-	t.Run("control: straight to containerd, B's manifest-only copy pulls and names A's image", func(t *testing.T) {
-		if r := crictl(t, direct(), "pull", imgB); r.Err != nil {
+	t.Run("control: straight to the runtime, B's manifest-only copy pulls and names A's image (containerd), or fails (CRI-O)", func(t *testing.T) {
+		r := crictl(t, direct(), "pull", imgB)
+		if testRig.Runtime.CRIO() {
+			// CRI-O fetches an image's config from the registry whatever the
+			// node holds: B's registry serves none, so B's name comes to
+			// stand for nothing. The proxy's refusal below holds all the same.
+			if r.Err == nil {
+				t.Fatalf("%s pulled B's manifest-only copy, whose registry serves no blob: %s", testRig.Runtime.Name, r.Stdout)
+			}
+			if id, held := runtimeImage(t, imgB); held {
+				t.Fatalf("%s failed B's pull but holds B's name, as %s", testRig.Runtime.Name, id)
+			}
+			t.Logf("%s refuses B's manifest-only copy by itself: %s", testRig.Runtime.Name, crictlMessage(r.Stderr))
+			return
+		}
+		if r.Err != nil {
 			t.Fatalf("the pull of B's name failed: the test's premise is wrong: %v\n%s", r.Err, r.Stderr)
 		}
 		if got := imageID(t, imgB); got != idA {
@@ -173,30 +187,40 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 // name, with a hosts.toml of its own that tests may rewrite.
 const rigRegistryName = "registry.rig.test"
 
-// mirrorForAnyone puts a mirror that serves anyone in front of
-// rigRegistryName: the rig's anonymous registry (the same storage), tried
-// first, as containerd tries the [host] entries before the server; as a
-// pull-through cache holding the registry's credentials, or a peer mirror,
-// serves the registry's content. containerd reads the file at each pull.
-// The returned func puts the file back, as the test's end does.
-func mirrorForAnyone(t *testing.T) (restore func()) {
-	t.Helper()
-	hosts := filepath.Join(testRig.HostsDir(), rigRegistryName, "hosts.toml")
-	orig, err := os.ReadFile(hosts)
-	if err != nil {
-		t.Fatal(err)
+// privateRegistryName is the name under which a test pulls the rig's
+// authenticated registry with credentials while it may put a mirror in
+// front of it (mirrorForAnyone): rigRegistryName on containerd, which
+// sends a pull's credential wherever it pulls the name from. CRI-O sends
+// it only to the host an image's name names, never to a mirror or to the
+// location registries.conf rewrites a name to: there the registry is
+// named by its address.
+func privateRegistryName() string {
+	if testRig.Runtime.CRIO() {
+		return testRig.Registry
 	}
+	return rigRegistryName
+}
+
+// mirrorForAnyone puts a mirror that serves anyone in front of the
+// registry name (rigRegistryName, or the authenticated registry's
+// address): the rig's anonymous registry (the same storage), tried
+// first, as the runtime tries a mirror before the registry; as a
+// pull-through cache holding the registry's credentials, or a peer
+// mirror, serves the registry's content. The proxy's registry check still
+// asks the registry (rig.SetMirror). The returned func takes the mirror
+// away, as the test's end does.
+func mirrorForAnyone(t *testing.T, name string) (restore func()) {
+	t.Helper()
+	regPort := portOf(t, testRig.Registry)
 	restore = func() {
-		if err := os.WriteFile(hosts, orig, 0o644); err != nil {
-			t.Errorf("putting back %s: %v", hosts, err)
+		if err := testRig.AddMirror(name, regPort); err != nil {
+			t.Errorf("taking the mirror of %s away: %v", name, err)
 		}
 	}
-	t.Cleanup(restore)
-	mirrored := fmt.Sprintf("server = \"http://127.0.0.1:%d\"\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"http://127.0.0.1:%d\"]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n",
-		portOf(t, testRig.Registry), portOf(t, testRig.AnonRegistry), portOf(t, testRig.Registry))
-	if err := os.WriteFile(hosts, []byte(mirrored), 0o644); err != nil {
+	if err := testRig.SetMirror(name, portOf(t, testRig.AnonRegistry), regPort); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(restore)
 	return restore
 }
 

@@ -296,8 +296,8 @@ func TestServiceAccountTokens(t *testing.T) {
 			podID := strings.TrimSpace(mustCrictl(t, p.ep, "runp", tn.config))
 			t.Cleanup(func() { crictl(t, p.ep, "stopp", podID); crictl(t, p.ep, "rmp", podID) })
 			ctr := containerConfig(t, "ctr-"+tn.pod.Name, img, "true")
-			if r := crictl(t, p.ep, "create", podID, ctr, tn.config); r.Err != nil {
-				return fmt.Errorf("%s", fatalMessage(r.Stderr))
+			if _, passed, msg := createThrough(t, p.ep, podID, ctr, tn.config); !passed {
+				return fmt.Errorf("%s", msg)
 			}
 			return nil
 		}

@@ -104,16 +104,31 @@ func containerdConfigV2(dir, snapshotter string) string {
 // writeHostsToml makes containerd pull name from the plain-HTTP registry
 // at 127.0.0.1:port.
 func writeHostsToml(certsDir, name string, port int) error {
+	return writeMirroredHostsToml(certsDir, name, port, 0)
+}
+
+// writeMirroredHostsToml makes containerd pull name from the plain-HTTP
+// mirror at 127.0.0.1:mirror (0: none) first, and from its registry at
+// 127.0.0.1:server after it (containerd tries each [host] in order, then
+// the server).
+func writeMirroredHostsToml(certsDir, name string, server, mirror int) error {
 	dir := filepath.Join(certsDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	c := fmt.Sprintf(`server = "http://127.0.0.1:%[1]d"
-
+`, server)
+	if mirror != 0 {
+		c += fmt.Sprintf(`
+[host."http://127.0.0.1:%[1]d"]
+  capabilities = ["pull", "resolve"]
+`, mirror)
+	}
+	c += fmt.Sprintf(`
 [host."http://127.0.0.1:%[1]d"]
   capabilities = ["pull", "resolve", "push"]
   skip_verify = true
-`, port)
+`, server)
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(c), 0o644)
 }
 

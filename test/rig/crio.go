@@ -116,26 +116,35 @@ enable_nri = false
 	return b.String()
 }
 
+// route is where the rig's CRI-O pulls a registry name from: the
+// plain-HTTP registry on 127.0.0.1:location, after the mirror on
+// 127.0.0.1:mirror when there is one (not 0).
+type route struct{ location, mirror int }
+
 // registriesConf is containers-registries.conf(5) (version 2) for the rig's
 // CRI-O: each name is pulled from the plain-HTTP registry on
 // 127.0.0.1:port and from nowhere else, as the containerd rig's hosts.toml
-// files say. A name's location is rewritten (not a mirror, which would
-// fall back to the name's own host on the internet).
+// files say. A name's location is rewritten (a mirror alone would fall
+// back to the name's own host on the internet); a route's mirror is tried
+// before that location, as containerd tries a [host] before the server.
 //
 // insecure makes containers/image try HTTPS first, then HTTP: the
 // registry must answer a TLS hello with an HTTP status line, which the Go
 // servers here (the distribution registry, the tests' registries and
 // relays) do.
-func registriesConf(names map[string]int) string {
+func registriesConf(routes map[string]route) string {
 	var b strings.Builder
 	b.WriteString("# The rig's CRI-O registries (test/rig/crio.go): every name to a plain-HTTP registry on 127.0.0.1.\nunqualified-search-registries = []\nshort-name-mode = \"disabled\"\n")
-	keys := make([]string, 0, len(names))
-	for n := range names {
+	keys := make([]string, 0, len(routes))
+	for n := range routes {
 		keys = append(keys, n)
 	}
 	sort.Strings(keys)
 	for _, n := range keys {
-		fmt.Fprintf(&b, "\n[[registry]]\nprefix = %q\nlocation = \"127.0.0.1:%d\"\ninsecure = true\n", n, names[n])
+		fmt.Fprintf(&b, "\n[[registry]]\nprefix = %q\nlocation = \"127.0.0.1:%d\"\ninsecure = true\n", n, routes[n].location)
+		if m := routes[n].mirror; m != 0 {
+			fmt.Fprintf(&b, "\n[[registry.mirror]]\nlocation = \"127.0.0.1:%d\"\ninsecure = true\n", m)
+		}
 	}
 	return b.String()
 }
@@ -205,12 +214,12 @@ func (r *Rig) setupCRIO(regPort, anonPort, gcrPort int) error {
 	// containers/image only to those registries.conf calls insecure, so
 	// the anonymous view is named too (tests pull from it by address), and
 	// a test's own registry needs AddMirror.
-	r.mirrors = map[string]int{
-		r.Registry:          regPort,
-		r.AnonRegistry:      anonPort,
-		"registry.rig.test": regPort, // the authenticated registry under a DNS-like name
-		"gcr.io":            gcrPort, // critest's images
-		"registry.k8s.io":   anonPort,
+	r.mirrors = map[string]route{
+		r.Registry:          {location: regPort},
+		r.AnonRegistry:      {location: anonPort},
+		"registry.rig.test": {location: regPort}, // the authenticated registry under a DNS-like name
+		"gcr.io":            {location: gcrPort}, // critest's images
+		"registry.k8s.io":   {location: anonPort},
 	}
 	if err := r.writeRegistriesConf(); err != nil {
 		return err
@@ -263,8 +272,8 @@ func (r *Rig) writeRegistriesConf() error {
 	// Names that stay are rewritten in place and only the dropped ones
 	// removed: a check running meanwhile never finds a name missing.
 	hosts := r.proxyHostsDir()
-	for name, port := range r.mirrors {
-		if err := writeHostsToml(hosts, name, port); err != nil {
+	for name, rt := range r.mirrors {
+		if err := writeMirroredHostsToml(hosts, name, rt.location, rt.mirror); err != nil {
 			return err
 		}
 	}
@@ -286,7 +295,10 @@ func (r *Rig) writeRegistriesConf() error {
 // for the proxy's registry check (ProxyRegistryFlags): the proxy reads no
 // registries.conf, and without these files its check would ask each
 // image's own registry by its name (gcr.io, registry.k8s.io: the internet)
-// instead of the local registry CRI-O pulls it from.
+// instead of the local registry CRI-O pulls it from. A route's mirror is
+// a [host] before the server, as in containerd's files: the check asks
+// the server, the registry itself, not a mirror it was not told to vouch
+// for.
 func (r *Rig) proxyHostsDir() string { return filepath.Join(r.crioDir(), "proxy-certs.d") }
 
 // crioEnv is CRI-O's environment on top of the test's: no login of the

@@ -3,6 +3,7 @@ package rig
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 
 func TestRegistriesConfRewritesEveryNameToItsLocalRegistry(t *testing.T) {
 	t.Parallel()
-	conf := registriesConf(map[string]int{"gcr.io": 5001, "127.0.0.1:5000": 5000, "registry.rig.test": 5000})
+	conf := registriesConf(map[string]route{"gcr.io": {location: 5001}, "127.0.0.1:5000": {location: 5000}, "registry.rig.test": {location: 5000}})
 	var got struct {
 		Unqualified []string `toml:"unqualified-search-registries"`
 		Registries  []struct {
@@ -77,7 +78,7 @@ func TestCRIOConfigKeepsEverythingInTheRigsDirectory(t *testing.T) {
 // reload).
 func TestCRIOMirrorsReachRegistriesConfAndTheProxysHostsDir(t *testing.T) {
 	t.Parallel()
-	r := &Rig{Dir: t.TempDir(), Runtime: Runtime{Kind: KindCRIO}, mirrors: map[string]int{"gcr.io": 5001}}
+	r := &Rig{Dir: t.TempDir(), Runtime: Runtime{Kind: KindCRIO}, mirrors: map[string]route{"gcr.io": {location: 5001}}}
 	if err := os.MkdirAll(r.crioDir(), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +108,96 @@ func TestCRIOMirrorsReachRegistriesConfAndTheProxysHostsDir(t *testing.T) {
 	if conf, hosts := read(); strings.Contains(conf, "relay.test") || hosts != "" || !strings.Contains(conf, `prefix = "gcr.io"`) {
 		t.Errorf("after RemoveMirror, relay.test is left or gcr.io gone:\n%s\n%s", conf, hosts)
 	}
+}
+
+// SetMirror puts a mirror before a name's registry, on either runtime: in
+// CRI-O's registries.conf and containerd's hosts.toml, and in the proxy's
+// hosts.toml files on CRI-O, whose server stays the registry's; AddMirror
+// takes it away again.
+func TestSetMirrorPutsTheMirrorFirstAndKeepsTheServer(t *testing.T) {
+	t.Parallel()
+	type conf struct {
+		Registries []struct {
+			Prefix, Location string
+			Insecure         bool
+			Mirror           []struct {
+				Location string
+				Insecure bool
+			}
+		} `toml:"registry"`
+	}
+	type hosts struct {
+		Server string
+		Host   map[string]struct{ Capabilities []string }
+	}
+	// hostsOf reads name's hosts.toml in dir: the server and the hosts in
+	// the file's order.
+	hostsOf := func(t *testing.T, dir, name string) (server string, order []string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, name, "hosts.toml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h hosts
+		if err := toml.Unmarshal(b, &h); err != nil {
+			t.Fatalf("%v\n%s", err, b)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if host, ok := strings.CutPrefix(line, "[host."); ok {
+				order = append(order, strings.Trim(host, `"]`))
+			}
+		}
+		return h.Server, order
+	}
+	want := []string{"http://127.0.0.1:7001", "http://127.0.0.1:7000"}
+	t.Run("crio", func(t *testing.T) {
+		r := &Rig{Dir: t.TempDir(), Runtime: Runtime{Kind: KindCRIO}, mirrors: map[string]route{"registry.test": {location: 7000}}}
+		if err := os.MkdirAll(r.crioDir(), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.SetMirror("registry.test", 7001, 7000); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(r.RegistriesConf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c conf
+		if err := toml.Unmarshal(b, &c); err != nil {
+			t.Fatalf("%v\n%s", err, b)
+		}
+		if len(c.Registries) != 1 || c.Registries[0].Location != "127.0.0.1:7000" || len(c.Registries[0].Mirror) != 1 ||
+			c.Registries[0].Mirror[0].Location != "127.0.0.1:7001" || !c.Registries[0].Mirror[0].Insecure {
+			t.Errorf("registries.conf: want registry.test at 127.0.0.1:7000 after the plain-HTTP mirror 127.0.0.1:7001:\n%s", b)
+		}
+		if server, order := hostsOf(t, r.proxyHostsDir(), "registry.test"); server != "http://127.0.0.1:7000" || !slices.Equal(order, want) {
+			t.Errorf("the proxy's hosts.toml: server %s, hosts %v; want the registry as server, the mirror first", server, order)
+		}
+		if err := r.AddMirror("registry.test", 7000); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(r.RegistriesConf()); strings.Contains(string(b), "7001") {
+			t.Errorf("AddMirror left the mirror:\n%s", b)
+		}
+		if _, order := hostsOf(t, r.proxyHostsDir(), "registry.test"); !slices.Equal(order, want[1:]) {
+			t.Errorf("AddMirror left the proxy's hosts %v", order)
+		}
+	})
+	t.Run("containerd", func(t *testing.T) {
+		r := &Rig{Dir: t.TempDir(), ContainerdSock: filepath.Join(t.TempDir(), "containerd.sock")}
+		if err := r.SetMirror("registry.test", 7001, 7000); err != nil {
+			t.Fatal(err)
+		}
+		if server, order := hostsOf(t, r.HostsDir(), "registry.test"); server != "http://127.0.0.1:7000" || !slices.Equal(order, want) {
+			t.Errorf("hosts.toml: server %s, hosts %v; want the registry as server, the mirror first", server, order)
+		}
+		if err := r.AddMirror("registry.test", 7000); err != nil {
+			t.Fatal(err)
+		}
+		if _, order := hostsOf(t, r.HostsDir(), "registry.test"); !slices.Equal(order, want[1:]) {
+			t.Errorf("AddMirror left the hosts %v", order)
+		}
+	})
 }
 
 func TestCRIOAttachSocketsFitAUnixSocketPath(t *testing.T) {

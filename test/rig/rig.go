@@ -72,10 +72,10 @@ type Rig struct {
 	runtime    *Proc // containerd or crio
 	registries []*Proc
 
-	// CRI-O only: the names registries.conf rewrites to 127.0.0.1:port,
-	// and the pod network's subnet.
+	// CRI-O only: the names registries.conf rewrites to 127.0.0.1:port
+	// (and their mirrors), and the pod network's subnet.
 	mirrorsMu sync.Mutex
-	mirrors   map[string]int
+	mirrors   map[string]route
 	podSubnet *net.IPNet
 }
 
@@ -326,8 +326,9 @@ func (r *Rig) RegistriesConf() string {
 // ProxyRegistryFlags are the proxy's flags that point its registry check
 // at the runtime's registry configuration, so that it reaches a name's
 // registry where the runtime does: --registry-hosts-dir on containerd. On
-// CRI-O too, naming the same registries as registries.conf in hosts.toml
-// files (proxyHostsDir), as long as the proxy reads no registries.conf.
+// CRI-O too, naming the same registries (and mirrors, SetMirror) as
+// registries.conf in hosts.toml files (proxyHostsDir), as long as the
+// proxy reads no registries.conf.
 func (r *Rig) ProxyRegistryFlags() []string {
 	if r.Runtime.CRIO() {
 		return []string{"--registry-hosts-dir", r.proxyHostsDir()}
@@ -343,9 +344,35 @@ func (r *Rig) AddMirror(name string, port int) error {
 	if !r.Runtime.CRIO() {
 		return writeHostsToml(r.HostsDir(), name, port)
 	}
+	return r.setRoute(name, route{location: port})
+}
+
+// SetMirror makes the runtime pull name from the plain-HTTP mirror on
+// 127.0.0.1:mirrorPort first and from its registry on
+// 127.0.0.1:serverPort after it, as a node whose mirror (a pull-through
+// cache, a peer) serves a registry's content does: containerd from
+// name's hosts.toml (a [host] before the server), CRI-O from
+// registries.conf (a [[registry.mirror]] of name's [[registry]], read
+// again as AddMirror has it read). The proxy's registry check
+// (ProxyRegistryFlags) asks the server: a mirror is not the registry.
+// AddMirror(name, serverPort) puts the route without a mirror back.
+//
+// A pull's credential reaches the server the way the runtime sends it:
+// containerd sends it wherever it pulls name from; CRI-O only to the host
+// an image's name names, never to a mirror or a rewritten location, so a
+// test whose CRI-O pull needs one names the server by its address.
+func (r *Rig) SetMirror(name string, mirrorPort, serverPort int) error {
+	if !r.Runtime.CRIO() {
+		return writeMirroredHostsToml(r.HostsDir(), name, serverPort, mirrorPort)
+	}
+	return r.setRoute(name, route{location: serverPort, mirror: mirrorPort})
+}
+
+// setRoute makes CRI-O pull name by rt, and returns once it reads it.
+func (r *Rig) setRoute(name string, rt route) error {
 	r.mirrorsMu.Lock()
 	defer r.mirrorsMu.Unlock()
-	r.mirrors[name] = port
+	r.mirrors[name] = rt
 	if err := r.writeRegistriesConf(); err != nil {
 		return err
 	}
