@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -75,4 +77,24 @@ func TestFlatness(t *testing.T) {
 			t.Errorf("%+v", f)
 		}
 	})
+}
+
+func TestDrawPlot(t *testing.T) {
+	samples := samplesOf(30, func(m int) float64 { return 40 + float64(m%3) })
+	for i := range samples {
+		samples[i].goroutines, samples[i].dbMiB = 100, math.NaN()
+	}
+	dir := t.TempDir()
+	if d := os.Getenv("SOAK_PLOT_DIR"); d != "" {
+		dir = d // to look at it
+	}
+	svg, png := filepath.Join(dir, "soak.svg"), filepath.Join(dir, "soak.png")
+	if err := drawPlot(svg, png, samples, flatness(samples, 5*time.Minute, 0.05), 5, 0.05); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{svg, png} {
+		if fi, err := os.Stat(p); err != nil || fi.Size() < 1000 {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
 }

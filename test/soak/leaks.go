@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -112,19 +113,28 @@ func (e *env) refused(ctx context.Context, p *pod, who string, held []heldImage,
 	return leaks
 }
 
-// waitReady waits until the runtime answers through the proxy (its
-// connection comes back after a restart), for up to two minutes.
+// waitReady waits until the runtime answers through the proxy and
+// directly (each connection comes back after a restart, in its own
+// time), for up to two minutes.
 func (e *env) waitReady(ctx context.Context) error {
-	rt := runtimeapi.NewRuntimeServiceClient(e.proxied)
 	var err error
 	for i := 0; i < 240; i++ {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_, err = rt.Version(cctx, &runtimeapi.VersionRequest{})
-		cancel()
-		if err == nil {
+		if err = e.answers(ctx); err == nil {
 			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	return err
+}
+
+func (e *env) answers(ctx context.Context) error {
+	for _, conn := range []*grpc.ClientConn{e.proxied, e.direct} {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_, err := runtimeapi.NewRuntimeServiceClient(conn).Version(cctx, &runtimeapi.VersionRequest{})
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -309,9 +309,21 @@ func (e *env) runContainer(ctx context.Context, p *pod, image string) bool {
 		e.counters.fail("StopContainer", err)
 		ok = false
 	}
-	if _, err := rt.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ContainerId}); err != nil {
+	// containerd may still call the container running for a moment after
+	// StopContainer answered (seen: "container is still running, to stop
+	// first"); the kubelet tries again, and so does the soak, once.
+	for try := 0; ; try++ {
+		_, err := rt.RemoveContainer(cctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.ContainerId})
+		if err == nil {
+			break
+		}
+		if try == 0 && strings.Contains(err.Error(), "still running") {
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
 		e.counters.fail("RemoveContainer", err)
 		ok = false
+		break
 	}
 	return ok
 }
@@ -419,6 +431,9 @@ func (e *env) restarts(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < time.Minute {
+			return // not in the run's last minute: the checks follow
 		}
 		e.runtimeMu.Lock()
 		start := time.Now()

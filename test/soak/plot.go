@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"os"
 
@@ -10,6 +11,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
@@ -20,11 +22,12 @@ var (
 	bandColor   = color.RGBA{R: 44, G: 160, B: 44, A: 255}
 )
 
-// drawPlot writes one panel per series as SVG at path: the samples
+// drawPlot writes one panel per series, as SVG at svgPath and PNG at
+// pngPath (a viewer that takes no SVG): the samples
 // against minutes of load, the warm-up shaded; for each asserted series,
 // its fitted line after the warm-up (red) and the band of ±tolerance
 // around its mean there (green, dashed).
-func drawPlot(path string, samples []sample, flat []flatResult, warmup float64, tol float64) error {
+func drawPlot(svgPath, pngPath string, samples []sample, flat []flatResult, warmup float64, tol float64) error {
 	const cols = 3
 	rows := (len(series) + cols - 1) / cols
 	plots := make([][]*plot.Plot, rows)
@@ -106,23 +109,34 @@ func drawPlot(path string, samples []sample, flat []flatResult, warmup float64, 
 		}
 		plots[k/cols][k%cols] = p
 	}
-	img := vgsvg.New(vg.Points(420*cols), vg.Points(300*float64(rows)))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(12), PadY: vg.Points(12),
-		PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(8)}
-	canvases := plot.Align(plots, tiles, dc)
-	for j := range plots {
-		for i := range plots[j] {
-			if plots[j][i] != nil {
-				plots[j][i].Draw(canvases[j][i])
+	w, h := vg.Points(420*cols), vg.Points(300*float64(rows))
+	svg := vgsvg.New(w, h)
+	png := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(96))
+	for _, c := range []vg.CanvasSizer{svg, png} {
+		dc := draw.New(c)
+		tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(12), PadY: vg.Points(12),
+			PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(8)}
+		canvases := plot.Align(plots, tiles, dc)
+		for j := range plots {
+			for i := range plots[j] {
+				if plots[j][i] != nil {
+					plots[j][i].Draw(canvases[j][i])
+				}
 			}
 		}
 	}
+	if err := writeTo(svgPath, svg); err != nil {
+		return err
+	}
+	return writeTo(pngPath, vgimg.PngCanvas{Canvas: png})
+}
+
+func writeTo(path string, w io.WriterTo) error {
 	out, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := img.WriteTo(out); err != nil {
+	if _, err := w.WriteTo(out); err != nil {
 		out.Close()
 		return err
 	}

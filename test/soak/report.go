@@ -45,7 +45,7 @@ func (e *env) write(rep *report) error {
 	if err := copyFile(e.proxy.Log, filepath.Join(e.o.out, "proxy.log")); err != nil {
 		return err
 	}
-	return drawPlot(filepath.Join(e.o.out, "soak.svg"), rep.res.samples, rep.flat, e.o.warmup.Minutes(), e.o.tolerance)
+	return drawPlot(filepath.Join(e.o.out, "soak.svg"), filepath.Join(e.o.out, "soak.png"), rep.res.samples, rep.flat, e.o.warmup.Minutes(), e.o.tolerance)
 }
 
 // markdown is the summary an operator reads.
@@ -130,8 +130,8 @@ func (e *env) markdown(rep *report) string {
 	list("records of images the soak did not pull (tracked by the proxy: arrived images, cut pulls)", rc.unexpected)
 	list("leaks", rep.leaks)
 	list("panic lines in the proxy's log", rep.panics)
-	fmt.Fprintf(&b, "\n## Files\n\n- plot: %s\n- samples: %s\n- the proxy's log: %s\n",
-		filepath.Join(e.o.out, "soak.svg"), filepath.Join(e.o.out, "soak.csv"), filepath.Join(e.o.out, "proxy.log"))
+	fmt.Fprintf(&b, "\n## Files\n\n- plot: %s (and %s)\n- samples: %s\n- the proxy's log: %s\n",
+		filepath.Join(e.o.out, "soak.svg"), filepath.Join(e.o.out, "soak.png"), filepath.Join(e.o.out, "soak.csv"), filepath.Join(e.o.out, "proxy.log"))
 	return b.String()
 }
 

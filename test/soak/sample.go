@@ -26,7 +26,7 @@ type sample struct {
 	rssMiB, goroutines, fds, dbMiB, records, layers float64
 	// For the plot and the bound: the Go heap in use, intents, pod
 	// grants, distinct layers known, the bytes the database's pages hold.
-	heapMiB, intents, grants, diffIDs, dataMiB float64
+	heapMiB, heapGoalMiB, intents, grants, diffIDs, dataMiB float64
 	// What the load had done by then.
 	steps, pulls, errors, restarts, reloads int64
 }
@@ -44,6 +44,9 @@ var series = []struct {
 	{"records", "", true, func(s sample) float64 { return s.records }},
 	{"layers known (images)", "", true, func(s sample) float64 { return s.layers }},
 	{"Go heap in use", "MiB", false, func(s sample) float64 { return s.heapMiB }},
+	// The heap's goal, set at the end of each collection (live heap ×
+	// (1+GOGC/100)): a smoother view of the live heap than in-use.
+	{"Go heap goal (next GC)", "MiB", false, func(s sample) float64 { return s.heapGoalMiB }},
 	{"database pages in use", "MiB", false, func(s sample) float64 { return s.dataMiB }},
 	{"distinct layers known", "", false, func(s sample) float64 { return s.diffIDs }},
 	{"pull intents", "", false, func(s sample) float64 { return s.intents }},
@@ -60,7 +63,7 @@ func (s sample) brief() string {
 func (e *env) sample(began time.Time) sample {
 	nan := math.NaN()
 	s := sample{at: time.Since(began), rssMiB: nan, goroutines: nan, fds: nan, dbMiB: nan, records: nan, layers: nan,
-		heapMiB: nan, intents: nan, grants: nan, diffIDs: nan, dataMiB: nan}
+		heapMiB: nan, heapGoalMiB: nan, intents: nan, grants: nan, diffIDs: nan, dataMiB: nan}
 	s.steps, s.pulls = e.counters.steps.Load(), e.counters.pulls.Load()
 	s.errors, s.restarts, s.reloads = int64(e.counters.errorCount()), e.counters.restarts.Load(), e.counters.reloads.Load()
 	if kb, ok := procStatus(e.proxyPid(), "VmRSS"); ok {
@@ -75,6 +78,7 @@ func (e *env) sample(began time.Time) sample {
 		s.intents = m["cri_image_proxy_ensure_ondisk_pullintents"]
 		s.grants = m["cri_image_proxy_ensure_pod_grants"]
 		s.heapMiB = m["go_memstats_heap_inuse_bytes"] / (1 << 20)
+		s.heapGoalMiB = m["go_memstats_next_gc_bytes"] / (1 << 20)
 	}
 	if fi, err := os.Stat(e.db); err == nil {
 		s.dbMiB = float64(fi.Size()) / (1 << 20)
