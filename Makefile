@@ -17,7 +17,7 @@ export CONTAINERD
 RUNTIME ?=
 export RUNTIME
 
-.PHONY: help build release image deps test unit e2e e2e-node newest legacy crio bench demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
+.PHONY: help build release image deps test unit e2e e2e-node newest legacy crio bench soak demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -86,6 +86,15 @@ crio: ## the e2e and node tests on CRI-O 1.35 (root; not part of make test)
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./test/bench $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 2s -benchmem ./credplugins/ ./authcache/ ./ensure/
+
+# make soak: the proxy as a node runs it under hours of churn (pulls with and without credentials,
+# pods, removals, clean-ups, reloads, a runtime restart every 10 minutes), sampled every minute;
+# the targets and what it checks are in test/soak/doc.go and docs/testing.md. SOAK=2h for longer;
+# SOAK_FLAGS passes more (go run ./test/soak -h). Not in `make test`, nor in CI.
+SOAK       ?= 30m
+SOAK_FLAGS ?=
+soak: ## SOAK (30m) of churn on the proxy (root); plot, CSV and report in _output/soak; SOAK=2h for longer
+	$(GO) run ./test/soak -duration $(SOAK) $(SOAK_FLAGS)
 
 # The demo installs only what it uses (Debian's packages and crictl, hack/install-deps.sh --demo)
 # while the proxy builds beside it: a few minutes on a fresh machine, not the half hour of the

@@ -333,3 +333,65 @@ func (r *Rig) PushRealistic(ref, marker string, n, size int) (string, error) {
 	}
 	return r.pushAsUser(ref, img)
 }
+
+// PushBusyboxes pushes, for each ref, busybox plus a file naming its
+// marker (markers[i] for refs[i]) to the authenticated registry, at most
+// parallel at once, and returns their digests in the order of refs: many
+// runnable images of their own (the soak's rotation), the busybox layer
+// built once and uploaded once (the registry has it for the rest).
+func (r *Rig) PushBusyboxes(refs, markers []string, parallel int) ([]string, error) {
+	if len(refs) != len(markers) {
+		return nil, fmt.Errorf("%d refs, %d markers", len(refs), len(markers))
+	}
+	bb, err := busyboxLayer()
+	if err != nil {
+		return nil, err
+	}
+	// The first push uploads the shared layer; the others find it there.
+	digests := make([]string, len(refs))
+	pushOne := func(i int) error {
+		ml, err := layer([]file{{name: "marker", mode: 0o644, data: []byte(markers[i] + "\n")}})
+		if err != nil {
+			return err
+		}
+		img, err := image(v1.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, bb, ml)
+		if err != nil {
+			return err
+		}
+		digests[i], err = r.pushAsUser(refs[i], img)
+		return err
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	if err := pushOne(0); err != nil {
+		return nil, err
+	}
+	next := make(chan int)
+	errs := make(chan error, parallel)
+	for range max(parallel, 1) {
+		go func() {
+			var first error
+			for i := range next {
+				if err := pushOne(i); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for i := 1; i < len(refs); i++ {
+		next <- i
+	}
+	close(next)
+	var all []error
+	for range max(parallel, 1) {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	if len(all) > 0 {
+		return nil, all[0]
+	}
+	return digests, nil
+}
