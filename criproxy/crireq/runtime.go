@@ -63,6 +63,17 @@ func (f *IDForm) Out(id string) string {
 	return imageref.CanonicalID(id)
 }
 
+// Forms is the forms to ask the runtime for id in: id as the runtime
+// writes it, once it has answered an ID; before that, for a full ID, the
+// canonical form and then the bare hex (a one-shot command's first
+// question: containerd resolves the first, CRI-O the second).
+func (f *IDForm) Forms(id string) []string {
+	if f == nil || f.known.Load() || !imageref.IsID(id) {
+		return []string{f.Out(id)}
+	}
+	return []string{imageref.CanonicalID(id), imageref.BareID(id)}
+}
+
 // Images answers which image of the node a query names, as the runtime
 // resolves it. RuntimeImages is the runtime's.
 type Images interface {
@@ -97,8 +108,14 @@ func (r runtimeImages) LearnID(id string) { r.form.Learn(id) }
 
 func (r runtimeImages) Image(ctx context.Context, q ImageQuery) (Image, bool, error) {
 	spec := q.spec()
-	spec.Image = r.form.Out(spec.Image)
-	resp, err := r.c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+	var resp *runtimeapi.ImageStatusResponse
+	var err error
+	for _, name := range r.form.Forms(spec.Image) {
+		spec.Image = name
+		if resp, err = r.c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}); err == nil && resp.GetImage() != nil {
+			break
+		}
+	}
 	if err != nil || resp.GetImage() == nil {
 		return Image{}, false, err
 	}

@@ -13,32 +13,51 @@ import (
 )
 
 // bareRuntime answers for one image by its bare hex ID only, as CRI-O
-// does: "sha256:<hex>" names nothing there.
-type bareRuntime struct{ id string }
+// does: "sha256:<hex>" names nothing there. It counts the questions.
+type bareRuntime struct {
+	id    string
+	asked *int
+}
 
 func (b bareRuntime) ImageStatus(_ context.Context, in *runtimeapi.ImageStatusRequest, _ ...grpc.CallOption) (*runtimeapi.ImageStatusResponse, error) {
+	*b.asked++
 	if in.GetImage().GetImage() != b.id {
-		return nil, status.Error(codes.NotFound, "no such image")
+		return nil, status.Error(codes.Unknown, "short-name did not resolve")
 	}
 	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: b.id}}, nil
 }
 
-// TestAPullsImageRefTeachesTheRuntimesIDForm: the first ID a runtime gives
-// may be a pull's image_ref; the next question by ID is then asked in the
-// runtime's form, which a canonical ID alone would miss.
-func TestAPullsImageRefTeachesTheRuntimesIDForm(t *testing.T) {
-	const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// TestACanonicalIDFindsABareIDRuntimesImage: the guard keeps IDs in the
+// canonical form; a runtime that writes bare hex (CRI-O) is asked in its
+// form once it answered an ID (a pull's image_ref teaches it too), and
+// in both forms before (a one-shot command's first question).
+func TestACanonicalIDFindsABareIDRuntimesImage(t *testing.T) {
 	ctx := context.Background()
-	images := crireq.RuntimeImagesIn(bareRuntime{hex}, &crireq.IDForm{})
-	if _, ok, _ := images.Image(ctx, crireq.ImageQuery{Name: "sha256:" + hex}); ok {
-		t.Fatalf("the fake runtime answers a canonical ID: the test proves nothing")
-	}
-	id := crireq.ImageID(ctx, images, "registry.test/app:v1", hex)
-	if id != "sha256:"+hex {
-		t.Errorf("ImageID = %q, want the canonical form", id)
-	}
-	img, ok, err := images.Image(ctx, crireq.ImageQuery{Name: id})
-	if err != nil || !ok || img.ID != "sha256:"+hex {
-		t.Errorf("the canonical ID after the pull's answer: %+v, %v, %v; want the image", img, ok, err)
+	for _, tc := range []struct {
+		name      string
+		taught    bool
+		wantAsked int
+	}{
+		{"before the runtime answered an ID, both forms are asked", false, 2},
+		{"after a pull's image_ref, the runtime's form alone is asked", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := 0
+			images := crireq.RuntimeImagesIn(bareRuntime{hex, &asked}, &crireq.IDForm{})
+			if tc.taught {
+				if id := crireq.ImageID(ctx, images, "registry.test/app:v1", hex); id != "sha256:"+hex {
+					t.Errorf("ImageID = %q, want the canonical form", id)
+				}
+			}
+			img, ok, err := images.Image(ctx, crireq.ImageQuery{Name: "sha256:" + hex})
+			if err != nil || !ok || img.ID != "sha256:"+hex {
+				t.Errorf("the canonical ID: %+v, %v, %v; want the image", img, ok, err)
+			}
+			if asked != tc.wantAsked {
+				t.Errorf("the runtime was asked %d times, want %d", asked, tc.wantAsked)
+			}
+		})
 	}
 }
