@@ -44,6 +44,10 @@ func (k *check) runBeside(ctx context.Context, spec ocispec.Platform, r Request)
 		}
 	}
 	early := k.configEarly(ctx, spec, r, d)
+	// A pull that failed, or holds another manifest, asks no config: the
+	// early question (still waiting for a manifest that is not coming)
+	// ends with the check.
+	defer early.stop()
 	p, err := r.Pulled(ctx)
 	if err != nil {
 		return err
@@ -163,6 +167,13 @@ func (k *check) configEarly(ctx context.Context, spec ocispec.Platform, r Reques
 		e.body, e.err = k.heads(cctx, nil, &ocispec.Descriptor{Digest: config}, nil)
 	}()
 	return e
+}
+
+// stop ends the early question, if it still runs.
+func (e *earlyConfig) stop() {
+	if e.cancel != nil {
+		e.cancel()
+	}
 }
 
 // wait returns the registry's answer for the config imageID when it was
