@@ -17,7 +17,7 @@ export CONTAINERD
 RUNTIME ?=
 export RUNTIME
 
-.PHONY: help build release image deps test unit e2e e2e-node newest legacy crio bench soak demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
+.PHONY: help build release image deps test unit e2e e2e-node newest legacy crio crio-leg bench soak demo demo-keep demo-prepare demo-deps demo-build fuzz lint clean install uninstall
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -57,7 +57,7 @@ deps: ## install what the e2e tests, bench and demo need (root: apt packages, cr
 # make test runs the e2e and node legs on all three runtimes: 2.3 (the reference), 2.4 (`newest`) and
 # 1.6 (`legacy`). They fit CI's 90 minutes from a fresh machine with a margin: about 47 minutes before
 # 2.4, and 2.4's build and legs add at most 19 (measured on a loaded 2-core machine; docs/testing.md).
-test: deps unit e2e e2e-node newest legacy ## unit, end-to-end and node tests on containerd 2.3, then both again on 2.4 and on 1.6 (root for the e2e parts)
+test: deps unit e2e e2e-node newest legacy crio-leg ## unit, end-to-end and node tests on containerd 2.3, then both again on 2.4, on 1.6 and on CRI-O 1.35 (root for the e2e parts)
 
 # COUNT runs each unit test that many times in one process (make unit COUNT=3): a test that
 # passes only when it is the first of its kind in the process fails there.
@@ -72,7 +72,7 @@ e2e: ## end-to-end tests on real containerd (or CRI-O: RUNTIME=crio), registry, 
 e2e-node: ## the product under real kubelets (current and old): one-node cluster on this machine (root, 2+ cores)
 	@if [ "$$(id -u)" != 0 ] || [ "$$(nproc)" -lt 2 ]; then \
 	  echo "!!! e2e-node needs root and 2 cores (a kubelet, an apiserver, etcd and containerd): SKIPPED !!!"; \
-	else $(GO) test -v -count=1 -timeout 45m -run '^TestNode$$' ./test/e2e/; fi
+	else $(GO) test -v -count=1 -timeout 45m -run '^TestNode$$$(if $(NODE_VARIANT),/$(NODE_VARIANT))' ./test/e2e/; fi
 
 newest: ## the e2e and node tests on containerd 2.4, the newest minor (root)
 	$(MAKE) CONTAINERD=2.4 e2e e2e-node
@@ -80,8 +80,14 @@ newest: ## the e2e and node tests on containerd 2.4, the newest minor (root)
 legacy: ## the e2e and node tests on containerd 1.6 from Debian, the legacy leg (root)
 	$(MAKE) CONTAINERD=1.6 e2e e2e-node
 
-crio: ## the e2e and node tests on CRI-O 1.35 (root; not part of make test)
+crio: ## the e2e and node tests on CRI-O 1.35, under every kubelet (root)
 	$(MAKE) RUNTIME=crio e2e e2e-node
+
+# The CRI-O leg of make test: the e2e tests, and the node tests under the current kubelet with its
+# own ensure on (the variant CRI-O nodes run): the other two kubelets add 20 minutes for what the
+# containerd legs already show of them (make crio runs all three).
+crio-leg: ## the CRI-O leg of make test: e2e, and the node tests under kubelet v1.37.1, its ensure on (root)
+	$(MAKE) RUNTIME=crio NODE_VARIANT=its_ensure_on e2e e2e-node
 
 bench: deps ## benchmark direct vs proxied on real containerd (root), then the hooks' own costs; report in _output/bench
 	$(GO) run ./test/bench $(BENCH_FLAGS)

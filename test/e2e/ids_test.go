@@ -23,3 +23,12 @@ func pulledImageID(out string) (string, bool) {
 	id, ok := strings.CutPrefix(strings.TrimSpace(out), "Image is up to date for ")
 	return id, ok && imageref.IsID(id)
 }
+
+// runtimeForm is an image ID as the rig's runtime writes it (CRI-O: bare
+// hex), to name the image by in a call straight to the runtime.
+func runtimeForm(id string) string {
+	if testRig.Runtime.CRIO() && imageref.IsID(id) {
+		return imageref.BareID(id)
+	}
+	return id
+}

@@ -167,13 +167,19 @@ func (e *nodeEnv) scenarioKubeletRestartMidPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer relay.Close()
-	if err := testRig.AddMirror(slowRegistry, relay.Port()); err != nil {
+	// CRI-O sends no credential to a rewritten location: there, the
+	// relay is the registry, by its own address.
+	registry := slowRegistry
+	if testRig.Runtime.CRIO() {
+		registry = fmt.Sprintf("127.0.0.1:%d", relay.Port())
+	}
+	if err := testRig.AddMirror(registry, relay.Port()); err != nil {
 		t.Fatal(err)
 	}
-	defer testRig.RemoveMirror(slowRegistry)
-	createPullSecretFor(t, e.k, e.nsA, "regcred-slow", slowRegistry, "alice", rig.Users["alice"])
+	defer testRig.RemoveMirror(registry)
+	createPullSecretFor(t, e.k, e.nsA, "regcred-slow", registry, "alice", rig.Users["alice"])
 	path := e.repository() + "/slow/app"
-	image := slowRegistry + "/" + path + ":v1"
+	image := registry + "/" + path + ":v1"
 
 	before := registryRequests(t)
 	a := e.run(t, podSpec{ns: e.nsA, name: "slow-a", image: image, policy: corev1.PullIfNotPresent, secret: "regcred-slow"})
