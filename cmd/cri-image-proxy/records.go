@@ -144,6 +144,24 @@ func (f *recordsFlags) listImages(ctx context.Context) ([]ensure.Image, error) {
 	return images, nil
 }
 
+// runtimeIDs is how the runtime (--runtime-endpoint) writes an image ID,
+// learnt from its list of images: the kubelet keys its record files by
+// the runtime's image ref (CRI-O's is bare hex).
+func (f *recordsFlags) runtimeIDs(ctx context.Context) (func(string) string, error) {
+	backend, err := criproxy.Dial(f.runtime, "")
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
+	if _, err := rt.Images(ctx); err != nil {
+		return nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
+	}
+	return rt.RuntimeID, nil
+}
+
 // nodeImages is listImages with the repositories each is listed under.
 func (f *recordsFlags) nodeImages(ctx context.Context) ([]records.Image, error) {
 	images, err := f.listImages(ctx)

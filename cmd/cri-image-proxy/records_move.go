@@ -36,7 +36,9 @@ the kubelet already has is merged, not replaced. Pull secrets cross by their coo
 kubelet matches them so, as the proxy does); a credential the proxy knows only by its salted hash
 cannot cross, and its pods verify again. Preloaded names cross as the kubelet keeps them, by
 repository, except a repository the image was also pulled as (the kubelet cannot tell its
-preloaded tags from a tenant's): those names need verification under the kubelet.`,
+preloaded tags from a tenant's): those names need verification under the kubelet. Image IDs are
+written as the runtime at --runtime-endpoint writes them (the kubelet keys its files by them; CRI-O's
+are bare hex), so the runtime must answer.`,
 		RunE: f.run(func(ctx context.Context, a admin.Service, out io.Writer, args []string) error {
 			ex, err := a.List(ctx)
 			if err != nil {
@@ -51,6 +53,13 @@ preloaded tags from a tenant's): those names need verification under the kubelet
 					intents = append(intents, in.Image)
 				}
 			}
+			// The kubelet names a record's file after the runtime's image
+			// ref: IDs are written in the runtime's form (CRI-O: bare hex).
+			ids, err := f.runtimeIDs(ctx)
+			if err != nil {
+				return fmt.Errorf("the kubelet keys its records by the runtime's image IDs, in the runtime's form: %w (nothing written)", err)
+			}
+			kubeletrecords.InRuntimeForm(ex.Records, ex.Preloaded, ids)
 			rep, err := kubeletrecords.Write(args[0], ex.Records, ex.Preloaded, intents)
 			if err != nil {
 				return err

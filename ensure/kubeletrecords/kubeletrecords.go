@@ -51,6 +51,19 @@ type WriteReport struct {
 	HashOnlySecrets int
 }
 
+// InRuntimeForm rewrites the image IDs of recs and pre as the runtime
+// writes them (id): the kubelet keys a record, and names its file, by the
+// image ref the runtime answered, bare hex on CRI-O; the proxy keeps the
+// canonical sha256:<hex>.
+func InRuntimeForm(recs []*Record, pre []*PreloadedRecord, id func(string) string) {
+	for _, r := range recs {
+		r.ImageRef = id(r.ImageRef)
+	}
+	for _, p := range pre {
+		p.ImageRef = id(p.ImageRef)
+	}
+}
+
 // Write writes recs, the preloaded records pre (of recs' images) and the
 // intents' images into dir in the kubelet's layout, each file through a
 // synced temporary file and a rename; a record the kubelet already has

@@ -82,7 +82,7 @@ func (e *nodeEnv) scenarioKubeletFormat(t *testing.T) {
 
 		// The proxy's records exported into the kubelet's directory.
 		e.node.Pause()
-		out := proxyCmd("records", "export", "--format", "kubelet", imageManager, "--admin-socket", e.proxy.admin)
+		out := proxyCmd("records", "export", "--format", "kubelet", imageManager, "--admin-socket", e.proxy.admin, "--runtime-endpoint", direct())
 		t.Logf("%s", out)
 		data, err := os.ReadFile(kubeletFile)
 		if err != nil {
