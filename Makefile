@@ -54,9 +54,9 @@ deps: ## install what the e2e tests, bench and demo need (root: apt packages, cr
 	@if [ "$$(id -u)" = 0 ]; then hack/install-deps.sh; \
 	else echo "!!! not root: skipping hack/install-deps.sh; the e2e tests will SKIP !!!"; fi
 
-# make test runs the e2e and node legs on all three runtimes: 2.3 (the reference), 2.4 (`newest`) and
-# 1.6 (`legacy`). They fit CI's 90 minutes from a fresh machine with a margin: about 47 minutes before
-# 2.4, and 2.4's build and legs add at most 19 (measured on a loaded 2-core machine; docs/testing.md).
+# make test runs the e2e and node legs on containerd 2.3 (the reference), 2.4 (`newest`) and 1.6
+# (`legacy`), and on CRI-O 1.35 (`crio-leg`). They fit CI's 90 minutes from a fresh machine with a
+# margin: 45 minutes with the tools built, on a 2-core machine (docs/testing.md, "Time in CI").
 test: deps unit e2e e2e-node newest legacy crio-leg ## unit, end-to-end and node tests on containerd 2.3, then both again on 2.4, on 1.6 and on CRI-O 1.35 (root for the e2e parts)
 
 # COUNT runs each unit test that many times in one process (make unit COUNT=3): a test that
