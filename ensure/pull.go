@@ -98,6 +98,9 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 				return "", err
 			}
 			ref, err := forward(ctx)
+			if err == nil {
+				crireq.LearnPullRef(g.runtime, ref)
+			}
 			if cutShort(ctx, err) {
 				run.stopped = true
 			}

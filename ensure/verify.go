@@ -204,6 +204,9 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 			return
 		}
 		ref, err := forward(pullCtx)
+		if err == nil {
+			crireq.LearnPullRef(g.runtime, ref)
+		}
 		done <- outcome{ref, err, true}
 	}()
 	var out outcome

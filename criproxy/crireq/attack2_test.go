@@ -29,7 +29,7 @@ func TestTheProxysOwnCanonicalIDTeachesARuntimeNoForm(t *testing.T) {
 			asked := 0
 			images := crireq.RuntimeImagesIn(bareRuntime{hex, &asked}, &crireq.IDForm{})
 			// The runtime's own answer teaches bare hex (a pull's image_ref).
-			crireq.ImageID(ctx, images, "registry.test/app:v1", hex)
+			crireq.LearnPullRef(images, hex)
 			// A re-check of the present image: the guard's canonical ID.
 			if id := crireq.ImageID(ctx, images, "registry.test/app:v1", "sha256:"+hex); id != "sha256:"+hex {
 				t.Fatalf("ImageID = %q", id)

@@ -161,17 +161,23 @@ func ListedAs(names *imageref.Names, repo string, lists ...[]string) bool {
 // match another image.
 func ImageID(ctx context.Context, images Images, name, ref string) string {
 	if imageref.IsID(ref) {
-		if l, ok := images.(idLearner); ok {
-			// The pull's answer may be the first ID the runtime gave: the
-			// next question by ID must be in its form.
-			l.LearnID(ref)
-		}
 		return imageref.CanonicalID(ref)
 	}
 	if img, ok, err := images.Image(ctx, ImageQuery{Name: name}); err == nil && ok && img.ID != "" {
 		return img.ID
 	}
 	return ref
+}
+
+// LearnPullRef notes the form of a pull's image_ref, as the runtime
+// answered it (a PullImage response): it may be the first ID the runtime
+// gave, and the next question by ID must be in its form. Only the
+// runtime's own answers teach: an ID the proxy passes on (its canonical
+// form) would teach a bare-hex runtime the wrong one.
+func LearnPullRef(images Images, ref string) {
+	if l, ok := images.(idLearner); ok && imageref.IsID(ref) {
+		l.LearnID(ref)
+	}
 }
 
 // idLearner is an Images that learns the runtime's form of image IDs

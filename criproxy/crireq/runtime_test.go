@@ -47,6 +47,7 @@ func TestACanonicalIDFindsABareIDRuntimesImage(t *testing.T) {
 			asked := 0
 			images := crireq.RuntimeImagesIn(bareRuntime{hex, &asked}, &crireq.IDForm{})
 			if tc.taught {
+				crireq.LearnPullRef(images, hex)
 				if id := crireq.ImageID(ctx, images, "registry.test/app:v1", hex); id != "sha256:"+hex {
 					t.Errorf("ImageID = %q, want the canonical form", id)
 				}

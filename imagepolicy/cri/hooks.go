@@ -97,6 +97,7 @@ func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	if err != nil {
 		return nil, err
 	}
+	crireq.LearnPullRef(h.images, resp.GetImageRef())
 	id := crireq.ImageID(context.WithoutCancel(ctx), h.images, image, resp.GetImageRef())
 	if !imageref.IsID(id) || crireq.IDDigest(id) != res.ConfigDigest {
 		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved; refused",
