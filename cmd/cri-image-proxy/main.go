@@ -24,7 +24,10 @@ const (
 	// tens of thousands a second, far more than a kubelet asks. With more
 	// Ps the scheduler spins between calls: GOMAXPROCS=2 cost 35% more CPU
 	// and 40% more latency per call at the kubelet's call rate (c=1), and
-	// gave no more throughput at c=64.
+	// gave no more throughput at c=64. Under 64 concurrent checked pulls
+	// one P keeps the kubelet's ImageStatus and CreateContainer p99 within
+	// 0.7-1.05x of Go's own settings, for 15% less CPU than two (since a
+	// re-check writes no record; docs/benchmarks.md).
 	defaultMaxProcs = 1
 )
 
