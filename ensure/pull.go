@@ -83,7 +83,7 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		// runtime is asked, as the intent's write would refuse it. (A
 		// database that fails a write is tried again by each pull.)
 		g.metrics.recordErr.Inc()
-		return "", fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", req.Image, errdefs.ErrUnavailable)
+		return "", errCannotRecord(req.Image)
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
@@ -168,10 +168,15 @@ func (g *Guard) noteIntent(run *pullRun) error {
 		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", run.image, "err", err)
 		// The cause (a path, a disk) is the operator's: the pod's owner
 		// reads this in an event.
-		return fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", run.image, errdefs.ErrUnavailable)
+		return errCannotRecord(run.image)
 	}
 	run.intent = intent
 	return nil
+}
+
+// errCannotRecord refuses a pull whose intent or record cannot be written.
+func errCannotRecord(image string) error {
+	return fmt.Errorf("ensure: the pull of %s cannot be recorded now: %w; retry later", image, errdefs.ErrUnavailable)
 }
 
 // answerFromNode answers a pull that follows a hide when the request's

@@ -59,14 +59,7 @@ func (r criRuntime) Image(ctx context.Context, q crireq.ImageQuery) (crireq.Imag
 // verbose status with other info, and other runtimes may give none: then
 // ok is false, and the layers count as unseen.
 func (r criRuntime) ImageLayers(ctx context.Context, imageID string) ([]digest.Digest, bool, error) {
-	var resp *runtimeapi.ImageStatusResponse
-	var err error
-	for _, name := range r.form.Forms(imageID) {
-		resp, err = r.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}, Verbose: true})
-		if err == nil && resp.GetImage() != nil {
-			break
-		}
-	}
+	resp, err := crireq.ImageStatusIn(ctx, r.images, r.form, crireq.ImageQuery{Name: imageID}, true)
 	if err != nil {
 		return nil, false, err
 	}

@@ -313,7 +313,6 @@ func (u *unknownLayerTable) earliestBut(self string) (time.Time, bool) {
 	return first, found
 }
 
-// retain drops the images keep refuses (gone from the node).
 // retain drops the images keep refuses (gone from the node, as a list of
 // its images taken at listedAt tells), marked before that list.
 func (u *unknownLayerTable) retain(keep func(imageRef string) bool, listedAt time.Time) {

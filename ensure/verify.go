@@ -85,8 +85,7 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credenti
 		ProveLayers: g.layerChooser(image, repo, run.flight, cred.Kind() == registry.KindAnonymous),
 	}
 	// The runtime is asked only once the image policy allowed the digest
-	// the registry names, when a policy applies to the image.
-	policyFirst := false
+	// the registry names, when a policy applies to the image (Resolved).
 	switch {
 	case g.imagePolicy.NameDecides(pod, image):
 		// No provider applies: the namespace's no-match policy decides on
@@ -97,7 +96,6 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credenti
 		}
 	case g.hasImagePolicy():
 		req.Resolved = func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") }
-		policyFirst = true
 	}
 	if present != "" {
 		// Asked again, not taken from the pull's first look: the image may
@@ -133,7 +131,7 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credenti
 			return "", RegistryVerification{}, g.checkFailed(ctx, image, err)
 		}
 	}
-	pulled, res, err := g.pullBeside(ctx, run, req, policyFirst, forward)
+	pulled, res, err := g.pullBeside(ctx, run, req, forward)
 	if err != nil {
 		return "", RegistryVerification{}, err
 	}
@@ -159,13 +157,13 @@ func (p policyRefusal) Unwrap() error { return p.error }
 
 // pullBeside runs the runtime's pull (forward) and the registry check of
 // req beside it, and returns the runtime's image reference and the check's
-// result once both are done. With policyFirst, the runtime's pull starts
-// only once req.Resolved (the image policy's verdict on the manifest the
-// registry names) allowed it: a refusal before then leaves the node as it
+// result once both are done. With req.Resolved (the image policy's
+// verdict on the manifest the registry names), the runtime's pull starts
+// only once it allowed it: a refusal before then leaves the node as it
 // was. A check that ends first with a refusal stops the pull (and waits
 // for it to end), marking run stopped when the runtime had not answered;
 // a pull that fails is answered with the runtime's own error.
-func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, policyFirst bool, forward Forward) (string, registry.Result, error) {
+func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, forward Forward) (string, registry.Result, error) {
 	image := run.image
 	if err := g.noteIntent(run); err != nil {
 		return "", registry.Result{}, err
@@ -181,7 +179,7 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 	pullCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	allowed := make(chan struct{})
-	if !policyFirst {
+	if req.Resolved == nil {
 		close(allowed)
 	} else {
 		resolved := req.Resolved

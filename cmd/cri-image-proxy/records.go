@@ -130,36 +130,34 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 
 // listImages asks the runtime (--runtime-endpoint) for the node's images.
 func (f *recordsFlags) listImages(ctx context.Context) ([]ensure.Image, error) {
-	backend, err := criproxy.Dial(f.runtime, "")
-	if err != nil {
-		return nil, err
-	}
-	defer backend.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	images, err := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime)).Images(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
-	}
-	return images, nil
+	images, _, err := f.listImagesIDs(ctx)
+	return images, err
 }
 
 // runtimeIDs is how the runtime (--runtime-endpoint) writes an image ID,
 // learnt from its list of images: the kubelet keys its record files by
 // the runtime's image ref (CRI-O's is bare hex).
 func (f *recordsFlags) runtimeIDs(ctx context.Context) (func(string) string, error) {
+	_, ids, err := f.listImagesIDs(ctx)
+	return ids, err
+}
+
+// listImagesIDs lists the runtime's images, and returns with them the
+// runtime's way of writing an image ID, learnt from that list.
+func (f *recordsFlags) listImagesIDs(ctx context.Context) ([]ensure.Image, func(string) string, error) {
 	backend, err := criproxy.Dial(f.runtime, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer backend.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
-	if _, err := rt.Images(ctx); err != nil {
-		return nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
+	images, err := rt.Images(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the images of the runtime at %s: %w", f.runtime, err)
 	}
-	return rt.RuntimeID, nil
+	return images, rt.RuntimeID, nil
 }
 
 // nodeImages is listImages with the repositories each is listed under.

@@ -103,19 +103,26 @@ type runtimeImages struct {
 	form *IDForm
 }
 
+// ImageStatusIn asks c for the image q names, a full ID in the runtime's
+// form (both forms, one after the other, before the runtime has answered
+// one: IDForm.Forms); the answer is the runtime's, unchanged.
+func ImageStatusIn(ctx context.Context, c ImageStatusClient, form *IDForm, q ImageQuery, verbose bool) (*runtimeapi.ImageStatusResponse, error) {
+	var resp *runtimeapi.ImageStatusResponse
+	var err error
+	for _, name := range form.Forms(q.Name) {
+		q.Name = name
+		if resp, err = c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: q.spec(), Verbose: verbose}); err == nil && resp.GetImage() != nil {
+			break
+		}
+	}
+	return resp, err
+}
+
 // LearnID notes the form of an ID the runtime answered elsewhere.
 func (r runtimeImages) LearnID(id string) { r.form.Learn(id) }
 
 func (r runtimeImages) Image(ctx context.Context, q ImageQuery) (Image, bool, error) {
-	spec := q.spec()
-	var resp *runtimeapi.ImageStatusResponse
-	var err error
-	for _, name := range r.form.Forms(spec.Image) {
-		spec.Image = name
-		if resp, err = r.c.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec}); err == nil && resp.GetImage() != nil {
-			break
-		}
-	}
+	resp, err := ImageStatusIn(ctx, r.c, r.form, q, false)
 	if err != nil || resp.GetImage() == nil {
 		return Image{}, false, err
 	}
