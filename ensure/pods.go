@@ -260,6 +260,21 @@ func (g *Guard) waitingUses(image string) map[*corev1.Pod][]corev1.PullPolicy {
 	return out
 }
 
+// entitlementKey is what entitled reads of a pod: pods with the same are
+// entitled alike.
+type entitlementKey struct {
+	namespace, account, secrets string
+}
+
+func entitlementKeyOf(pod *corev1.Pod) entitlementKey {
+	var secrets strings.Builder
+	for _, ref := range pod.Spec.ImagePullSecrets {
+		secrets.WriteString(ref.Name)
+		secrets.WriteByte(0)
+	}
+	return entitlementKey{namespace: pod.Namespace, account: pod.Spec.ServiceAccountName, secrets: secrets.String()}
+}
+
 // showToWaiters reports whether ImageStatus may show the image although it
 // needs verification, because of the pods waiting for it. ImageStatus
 // carries no pod, so one answer serves them all:
@@ -281,8 +296,19 @@ func (g *Guard) showToWaiters(ctx context.Context, image, imageRef, repo string)
 	}
 	var entitled []string
 	entitledNever, otherCouldPull := false, false
+	// A pod is entitled by its namespace, service account and pull secrets
+	// alone: a storm's pods share a few such sets, and each set is decided
+	// once per answer (the account is read live, so this is what keeps a
+	// hundred waiting pods from a hundred reads per ImageStatus).
+	decided := map[entitlementKey]bool{}
 	for pod, policies := range g.waitingUses(image) {
-		if ok, _ := g.entitled(ctx, pod, imageRef, repo); ok {
+		key := entitlementKeyOf(pod)
+		ok, seen := decided[key]
+		if !seen {
+			ok, _ = g.entitled(ctx, pod, imageRef, repo)
+			decided[key] = ok
+		}
+		if ok {
 			entitled = append(entitled, pod.Namespace+"/"+pod.Name)
 			entitledNever = entitledNever || slices.Contains(policies, corev1.PullNever)
 			continue

@@ -2,6 +2,7 @@ package ensure_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"google.golang.org/protobuf/proto"
 	"log/slog"
@@ -359,4 +360,54 @@ func TestAPullSecretEntitlesOnlyWhileItHoldsACredentialForTheRegistry(t *testing
 			t.Errorf("got %s, want %s\n%s", got, running, s.log.String())
 		}
 	})
+}
+
+// TestWaitingPodsOfOneAccountAreDecidedOnce: ImageStatus carries no pod, so
+// its answer looks at every pod waiting for the image; pods of one
+// namespace, service account and pull secrets are entitled alike, and a
+// storm of them costs one live read of the account per answer, not one per
+// pod (a hundred waiting pods made ImageStatus wait seconds behind the
+// API client's rate limit).
+func TestWaitingPodsOfOneAccountAreDecidedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newAPISetup(t)
+	s.create(t, account("a", "builder", "sa-1"), policyPod("a", "p0", "uid-p0", "builder", private, corev1.PullIfNotPresent))
+	s.newGuard(credentialsFunc(func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
+		r := proto.CloneOf(req)
+		r.Auth = cred("alice:a-pw")
+		resp, err := try(ctx, r)
+		if err != nil {
+			return nil, pullcred.Used{}, err
+		}
+		return resp, pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{Namespace: "a", Name: "builder", UID: "sa-1"}}, nil
+	}))
+	if _, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, SandboxConfig: sandbox("a", "p0", "uid-p0")}, s.runtimePull); err != nil {
+		t.Fatal(err)
+	}
+	var waiting []any
+	for i := range 20 {
+		waiting = append(waiting, policyPod("a", fmt.Sprintf("w%d", i), fmt.Sprintf("uid-w%d", i), "builder", private, corev1.PullNever))
+	}
+	s.create(t, waiting...)
+	accountReads := func() int {
+		n := 0
+		for _, a := range s.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "serviceaccounts" {
+				n++
+			}
+		}
+		return n
+	}
+	before := accountReads()
+	st, err := s.guard.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.nodeImageStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetImage() == nil {
+		t.Fatalf("the image is hidden from 20 entitled Never pods")
+	}
+	if n := accountReads() - before; n != 1 {
+		t.Errorf("one answer for 20 waiting pods of one account read the account %d times, want 1", n)
+	}
 }
