@@ -117,6 +117,7 @@ type Checker struct {
 	challenges    challengeMemory
 	manifests     *manifestCache
 	tags          tagMemory
+	inflations    inflationMemory // layers proven by decompression
 }
 
 // New validates opts and returns a Checker.

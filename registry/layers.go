@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
@@ -199,6 +200,9 @@ func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
 	}
 	blob := l.Blob.Digest.Algorithm().Digester()
 	counted := &countingReader{r: io.TeeReader(resp.Body, blob.Hash())}
+	if k.c.inflations.known(l) {
+		return k.proveKnownLayer(counted, blob, l, what, where)
+	}
 	diff := l.DiffID.Algorithm().Digester()
 	// The decompressed side has its own bound: a small blob may inflate to
 	// terabytes, which the compressed bound does not stop and the proof's
@@ -232,7 +236,80 @@ func (k *check) proveLayer(ctx context.Context, l Layer) (int64, error) {
 	case diff.Digest() != l.DiffID:
 		return counted.n, forgery(reasonForgedLayer, "%s: the blob decompresses to %s, not the config's diff_id %s", where, diff.Digest(), l.DiffID)
 	}
+	k.c.inflations.add(l)
 	return counted.n, nil
+}
+
+// proveKnownLayer proves a layer whose blob this checker has seen
+// decompress to its diff_id before: the registry must still serve the
+// blob's bytes in this repository for this credential (its bytes, not a
+// HEAD, are the proof), but what they decompress to is a fact about the
+// bytes, so they are hashed, not inflated again. A node's pods share base
+// layers: in a storm of new images most proofs are of the same few blobs,
+// and inflating them was a fifth of the proxy's CPU.
+func (k *check) proveKnownLayer(counted *countingReader, blob digest.Digester, l Layer, what, where string) (int64, error) {
+	_, err := io.Copy(io.Discard, counted)
+	switch {
+	case errors.Is(counted.err, errBodyTooLarge):
+		return counted.n, overProofBound("%s: over the %d byte bound of registryCheck.maxProofBytes", where, k.c.maxProofBytes)
+	case err != nil:
+		return counted.n, transportFailure(what, err)
+	case blob.Digest() != l.Blob.Digest:
+		return counted.n, forgery(reasonForgedLayer, "%s: %d bytes whose digest is %s, not the blob %s", where, counted.n, blob.Digest(), l.Blob.Digest)
+	}
+	return counted.n, nil
+}
+
+// inflationMemory remembers layers whose blob was seen, by this process,
+// to decompress (as its media type says) to its diff_id: facts about
+// bytes, true whoever serves them, kept for the most recent
+// maxInflations layers.
+type inflationMemory struct {
+	mu    sync.Mutex
+	pairs map[inflation]struct{}
+	order []inflation // a ring, oldest at next
+	next  int
+}
+
+// inflation is what a layer's decompression depends on: its blob's
+// digest, its media type (how it is decompressed), and the diff_id.
+type inflation struct {
+	blob      digest.Digest
+	mediaType string
+	diffID    digest.Digest
+}
+
+const maxInflations = 4096
+
+func inflationOf(l Layer) inflation {
+	return inflation{blob: l.Blob.Digest, mediaType: l.Blob.MediaType, diffID: l.DiffID}
+}
+
+func (m *inflationMemory) known(l Layer) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.pairs[inflationOf(l)]
+	return ok
+}
+
+func (m *inflationMemory) add(l Layer) {
+	p := inflationOf(l)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pairs == nil {
+		m.pairs = make(map[inflation]struct{})
+	}
+	if _, ok := m.pairs[p]; ok {
+		return
+	}
+	if len(m.order) < maxInflations {
+		m.order = append(m.order, p)
+	} else {
+		delete(m.pairs, m.order[m.next])
+		m.order[m.next] = p
+		m.next = (m.next + 1) % maxInflations
+	}
+	m.pairs[p] = struct{}{}
 }
 
 // decompressorFor is how a layer of a media type is turned into the tar

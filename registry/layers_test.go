@@ -415,3 +415,63 @@ func TestMetricLabelsStayBoundedWhateverHostsPodsName(t *testing.T) {
 		t.Errorf("registry labels %v: want the answering registry, %q, and no more", hosts, otherHost)
 	}
 }
+
+// TestALayerProvenBeforeIsProvenByItsBytesAgain: once a blob was seen to
+// decompress to its diff_id, a later proof of it hashes the bytes instead
+// of inflating them, and still needs the registry to serve them in the
+// repository asked: other bytes under the digest are a forgery, a
+// repository without them refuses, and the same digest under another
+// media type is decompressed again.
+func TestALayerProvenBeforeIsProvenByItsBytesAgain(t *testing.T) {
+	ctx := context.Background()
+	lr := newLyingRegistry(t)
+	host := withoutBlobDigests(t, lr.Host)
+	c := newTestChecker(t, Options{})
+	l := newLayer(t, "a base layer many images share ", ocispec.MediaTypeImageLayerGzip)
+	other := newLayer(t, "not the base layer ", ocispec.MediaTypeImageLayerGzip)
+	imageIn := func(repo string, layer ocispec.Descriptor) string {
+		cfg, desc := imageConfigOf(t, repo, l.diffID)
+		lr.Blob(repo, cfg)
+		lr.manifest(t, repo, "v1", ocispec.Manifest{Config: desc, Layers: []ocispec.Descriptor{layer}})
+		return host + "/" + repo + ":v1"
+	}
+	prove := func(image string) (Result, error) {
+		return c.Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll})
+	}
+
+	lr.Blob("a/app", l.blob)
+	if res, err := prove(imageIn("a/app", l.desc)); err != nil || len(res.Proven) != 1 {
+		t.Fatalf("the first proof: %v, proven %v", err, res.Proven)
+	}
+	if !c.inflations.known(Layer{Blob: l.desc, DiffID: l.diffID}) {
+		t.Fatalf("a layer proven by decompression is not remembered")
+	}
+	t.Run("the same bytes in another repository prove it", func(t *testing.T) {
+		lr.Blob("b/app", l.blob)
+		if res, err := prove(imageIn("b/app", l.desc)); err != nil || len(res.Proven) != 1 {
+			t.Fatalf("got %v, proven %v", err, res.Proven)
+		}
+	})
+	t.Run("other bytes under its digest are a forged layer", func(t *testing.T) {
+		lr.Put("c/app", "blobs", l.desc.Digest.String(), ocispec.MediaTypeImageLayerGzip, other.blob)
+		res, err := prove(imageIn("c/app", l.desc))
+		if !errors.Is(err, ErrForged) || len(res.Proven) != 0 {
+			t.Fatalf("got %v, proven %v; want ErrForged", err, res.Proven)
+		}
+	})
+	t.Run("a repository that does not serve it cannot prove it", func(t *testing.T) {
+		res, err := prove(imageIn("d/app", l.desc))
+		if err == nil || len(res.Proven) != 0 {
+			t.Fatalf("got %v, proven %v; want a refusal", err, res.Proven)
+		}
+	})
+	t.Run("the same digest named with another media type is decompressed again: a forged layer", func(t *testing.T) {
+		lr.Blob("e/app", l.blob)
+		zstdDesc := l.desc
+		zstdDesc.MediaType = ocispec.MediaTypeImageLayerZstd
+		res, err := prove(imageIn("e/app", zstdDesc))
+		if !errors.Is(err, ErrForged) || len(res.Proven) != 0 {
+			t.Fatalf("got %v, proven %v; want ErrForged", err, res.Proven)
+		}
+	})
+}
