@@ -50,6 +50,11 @@ func NewAPI(cfg *rest.Config) (API, error) {
 	c.GroupVersion = &corev1.SchemeGroupVersion
 	c.APIPath = "/api"
 	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	// Protobuf, as the kubelet asks for its pods: decoding the node's pod
+	// watch as JSON was a sixth of the proxy's CPU while a 110-pod storm
+	// started. (Every type here is built in; JSON stays acceptable.)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
