@@ -10,7 +10,9 @@
 //
 // The bench is a list of measurements (measurements.go), run in order: the
 // scenarios, each of arms measured side by side, then the Go runtime
-// settings, the fleet and pod start. Each names what it needs of the
+// settings, the fleet, pod start and the pod-start storm (a real kubelet
+// given 110 pods at once, its CRI calls timed by a frame-forwarding tap in
+// front of either arm, storm.go and tap.go). Each names what it needs of the
 // environment beyond containerd and the pass-through proxy (the injection
 // proxies, the ensure proxies, a kube-apiserver); -only NAME keeps those
 // whose name contains NAME, and only what they need is set up.

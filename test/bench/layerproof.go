@@ -8,13 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -132,10 +126,10 @@ func (e *benchEnv) privateCopies(ee *ensureEnv, n int) ([]string, error) {
 		}
 		private := fmt.Sprintf("bench-proof/a-%d:v1", i)
 		cp := fmt.Sprintf("bench-proof/b-copy-%d:v1", i)
-		if err := e.pushWithLayer(private, "A", l); err != nil {
+		if err := e.pushWithLayers(private, "A", l); err != nil {
 			return nil, err
 		}
-		if err := e.pushWithLayer(cp, "B", l); err != nil {
+		if err := e.pushWithLayers(cp, "B", l); err != nil {
 			return nil, err
 		}
 		if _, err := c.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "registry.remote.test/" + private}, Auth: aliceAuth}); err != nil {
@@ -156,29 +150,10 @@ func (e *benchEnv) freshLargeImages(n int) ([]string, error) {
 			return nil, err
 		}
 		ref := fmt.Sprintf("bench-proof/fresh-%d:v1", i)
-		if err := e.pushWithLayer(ref, "fresh", l); err != nil {
+		if err := e.pushWithLayers(ref, "fresh", l); err != nil {
 			return nil, err
 		}
 		out = append(out, "registry.remote.test/"+ref)
 	}
 	return out, nil
-}
-
-// pushWithLayer pushes an image of layer l whose config names owner.
-func (e *benchEnv) pushWithLayer(ref, owner string, l v1.Layer) error {
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		return err
-	}
-	img, err = mutate.Config(img, v1.Config{Env: []string{"OWNER=" + owner}, Cmd: []string{"sh"}})
-	if err != nil {
-		return err
-	}
-	img = mutate.MediaType(img, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	tag, err := name.NewTag(e.rig.Registry+"/"+ref, name.Insecure)
-	if err != nil {
-		return err
-	}
-	return remote.Write(tag, img, remote.WithAuth(&authn.Basic{Username: "user", Password: rig.Users["user"]}))
 }

@@ -34,26 +34,28 @@ func main() {
 }
 
 type options struct {
-	rounds     int
-	seconds    float64
-	only       string
-	out        string
-	proxy      string
-	profile    string // scenario whose proxy CPU profile to capture
-	pods       int    // pods per arm of the pod start benchmark; 0 skips it
-	fleetNodes int    // nodes of the fleet measurement; 0 skips it
+	rounds      int
+	seconds     float64
+	only        string
+	out         string
+	proxy       string
+	profile     string // scenario whose proxy CPU profile to capture
+	pods        int    // pods per arm of the pod start benchmark; 0 skips it
+	fleetNodes  int    // nodes of the fleet measurement; 0 skips it
+	stormRounds int    // rounds per arm of the pod-start storm; 0 skips it
 }
 
 func run() error {
 	var o options
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds per scenario; each runs every arm once")
 	flag.Float64Var(&o.seconds, "seconds", 1, "length of one arm's segment in a round")
-	flag.StringVar(&o.only, "only", "", "run only the measurements whose name contains this (scenarios, \"go runtime\", \"fleet\", \"pod start\")")
+	flag.StringVar(&o.only, "only", "", "run only the measurements whose name contains this (scenarios, \"go runtime\", \"fleet\", \"pod start\", \"storm\")")
 	flag.StringVar(&o.out, "out", "_output/bench", "directory for the report (markdown)")
 	flag.StringVar(&o.proxy, "proxy", "", "the cri-image-proxy binary (default: build it)")
 	flag.StringVar(&o.profile, "profile", "", "capture the proxy's CPU profile during the scenario of this name, into the -out directory")
 	flag.IntVar(&o.fleetNodes, "fleet-nodes", 100, "nodes of the fleet measurement (their API clients against the rig's apiserver); 0 skips it")
 	flag.IntVar(&o.pods, "pod-starts", 50, "pods per arm of the pod start benchmark (a real kubelet on the proxy vs on containerd); 0 skips it")
+	flag.IntVar(&o.stormRounds, "storm-rounds", 5, "rounds per arm of the pod-start storm (110 pods at once, a real kubelet on the proxy vs on containerd); 0 skips it")
 	flag.Parse()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
@@ -125,6 +127,7 @@ type benchEnv struct {
 	ensure                 *ensureEnv
 	policy                 *policyEnv
 	token                  *tokenEnv
+	far                    *farEnv
 	extraProxies           []*rig.Proc
 }
 
@@ -281,22 +284,28 @@ func (e *benchEnv) profileProxy(sc scenario, path string, d time.Duration) func(
 	}
 	go func() {
 		defer close(done)
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()+0.5))
-		resp, err := http.Get(url)
-		if err != nil {
-			e.logf("profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(path)
-		if err != nil {
-			e.logf("profile: %v", err)
-			return
-		}
-		defer f.Close()
-		if _, err := io.Copy(f, resp.Body); err == nil {
-			e.logf("profile of the proxy: go tool pprof -top %s", path)
-		}
+		e.fetchProfile(addr, path, d)
 	}()
 	return func() { <-done }
+}
+
+// fetchProfile writes the CPU profile, over the next d, of the proxy
+// whose monitoring address is addr into path.
+func (e *benchEnv) fetchProfile(addr, path string, d time.Duration) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()+0.5))
+	resp, err := http.Get(url)
+	if err != nil {
+		e.logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		e.logf("profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err == nil {
+		e.logf("profile of the proxy: go tool pprof -top %s", path)
+	}
 }

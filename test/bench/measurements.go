@@ -32,6 +32,7 @@ func measurements(o options) []measurement {
 		[]measurement{registryCheckScenario}, // registrycheck.go
 		[]measurement{layerProofScenario},    // layerproof.go
 		pullCostScenarios(),                  // pullcost.go
+		realisticScenarios(),                 // realistic.go
 		policyScenarios(),                    // imagepolicy.go
 		[]measurement{guardCostMeasurement},  // imagepolicy.go
 		tokenScenarios(),                     // token.go
@@ -46,6 +47,9 @@ func measurements(o options) []measurement {
 	}
 	if o.pods > 0 {
 		ms = append(ms, podStartMeasurement(o.pods)) // podstart.go
+	}
+	if o.stormRounds > 0 {
+		ms = append(ms, stormMeasurement(o.stormRounds)) // storm.go
 	}
 	return ms
 }
@@ -68,6 +72,10 @@ const (
 	// reference plugin and signed images (imagepolicy.go); after
 	// ensureProxies, whose public image it signs.
 	policyProxy
+	// farRegistryPart: the authenticated registry 20 ms away, with images
+	// of a realistic size, pulled as A through the ensure-100 proxy
+	// (realistic.go); after ensureProxies.
+	farRegistryPart
 )
 
 // setUpPart sets up a part; they are set up in the order of the constants.
@@ -76,6 +84,7 @@ var setUpPart = map[part]func(*benchEnv) error{
 	ensureProxies:    (*benchEnv).setUpEnsure,
 	kubeAPI:          (*benchEnv).setUpToken,
 	policyProxy:      (*benchEnv).setUpPolicy,
+	farRegistryPart:  (*benchEnv).setUpFar,
 }
 
 // selectMeasurements keeps those whose name contains only ("": all), and

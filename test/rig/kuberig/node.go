@@ -3,6 +3,7 @@ package kuberig
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -48,6 +49,13 @@ type KubeletOptions struct {
 	// VerificationPolicy is its imagePullCredentialsVerificationPolicy
 	// (1.33+), when set.
 	VerificationPolicy string
+	// ExtraArgs are added to its command line: e.g. its own credential
+	// provider plugins (--image-credential-provider-config, -bin-dir), for
+	// a kubelet on the runtime directly to run what the proxy would.
+	ExtraArgs []string
+	// Config overrides fields of its KubeletConfiguration (e.g.
+	// registryPullQPS).
+	Config map[string]any
 }
 
 // Node is a real kubelet registered with the rig's apiserver, with the
@@ -121,6 +129,7 @@ func StartNode(r *rig.Rig, k *Kube, opts KubeletOptions) (n *Node, err error) {
 	if ip := hostIPv4(); ip != "" {
 		n.argv = append(n.argv, "--node-ip="+ip)
 	}
+	n.argv = append(n.argv, opts.ExtraArgs...)
 	if err := n.start(); err != nil {
 		return nil, err
 	}
@@ -241,6 +250,7 @@ func (n *Node) kubeletConfig(opts KubeletOptions) ([]byte, error) {
 	if len(opts.FeatureGates) > 0 {
 		cfg["featureGates"] = opts.FeatureGates
 	}
+	maps.Copy(cfg, opts.Config)
 	if opts.VerificationPolicy != "" {
 		cfg["imagePullCredentialsVerificationPolicy"] = opts.VerificationPolicy
 	}
