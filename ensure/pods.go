@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -267,10 +268,14 @@ type entitlementKey struct {
 }
 
 func entitlementKeyOf(pod *corev1.Pod) entitlementKey {
+	// Each name is prefixed with its length: the API validates the
+	// namespace and the account's name, not the names of
+	// spec.imagePullSecrets, which may hold any byte (a separator too).
 	var secrets strings.Builder
 	for _, ref := range pod.Spec.ImagePullSecrets {
+		secrets.WriteString(strconv.Itoa(len(ref.Name)))
+		secrets.WriteByte(':')
 		secrets.WriteString(ref.Name)
-		secrets.WriteByte(0)
 	}
 	return entitlementKey{namespace: pod.Namespace, account: pod.Spec.ServiceAccountName, secrets: secrets.String()}
 }
