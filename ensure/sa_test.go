@@ -2,8 +2,8 @@ package ensure_test
 
 import (
 	"context"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"strings"
