@@ -17,8 +17,10 @@ import (
 )
 
 // Decider is the enforcer's core: what the records, the policy, the
-// runtime and the pulls in flight say of an image, with no CRI types and
-// no state of its own beyond what it reads. The Guard is a Decider plus
+// runtime and the pulls in flight say of an image, with no CRI types. Its
+// own state is what decisions need between reads: the pulls in flight per
+// repository, the images whose record could not be written, parsed names.
+// The Guard is a Decider plus
 // the CRI path's state (grants, hides, the pods of the node, metrics);
 // records explain, with no daemon running, uses a Decider alone.
 type Decider struct {
