@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -48,14 +47,7 @@ type podStartResult struct {
 	latencies []time.Duration
 }
 
-func (r podStartResult) quantile(q float64) time.Duration {
-	s := slices.Clone(r.latencies)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[int(q*float64(len(s)-1)+0.5)]
-}
+func (r podStartResult) quantile(q float64) time.Duration { return quantile(r.latencies, q) }
 
 // podStartBlocks is how many blocks each arm runs: the arms alternate
 // (proxy, direct, proxy, ...) so that drift of the machine hits both alike;
