@@ -60,4 +60,10 @@
 //
 // The pull's credential goes to plugins with sendCredentials only and is
 // never logged, put in an error or a metric label.
+//
+// The files by role: subject.go what a decision is about; verdict.go the
+// decisions and their account; provider.go a provider, its cache and its
+// plugin runs; engine.go the Engine over them; config.go the
+// ImagePolicyConfig; exec.go and metrics.go its kind of exec plugin;
+// watch.go the watched files; explain.go Explain.
 package imagepolicy
