@@ -80,39 +80,12 @@ func runBake(cmd *cobra.Command, f *bakeFlags) error {
 	if len(images) == 0 {
 		return fmt.Errorf("%s lists no image", f.images)
 	}
-	if f.plugins.proxyConfig != "" {
-		cfg, err := config.Load(f.plugins.proxyConfig)
-		if err != nil {
-			return err
-		}
-		if !cmd.Flags().Changed("runtime-endpoint") {
-			f.runtime = cfg.RuntimeEndpoint
-			if cfg.ImageEndpoint != "" {
-				f.runtime = cfg.ImageEndpoint
-			}
-		}
-		if !cmd.Flags().Changed("ensure-database") {
-			f.recordDB = cfg.EnsureSecretPulledImages.DatabasePath
-		}
+	if err := f.fromProxyConfig(cmd); err != nil {
+		return err
 	}
-	var creds bake.Credentials
-	switch {
-	case f.dockerConfig != "":
-		in, err := credplugins.NewFromDockerConfig(f.dockerConfig, credplugins.Options{})
-		if err != nil {
-			return err
-		}
-		creds = in
-	case f.plugins.config != "" || f.plugins.proxyConfig != "":
-		cfg, err := f.plugins.load()
-		if err != nil {
-			return err
-		}
-		in, err := credplugins.New(cfg, credplugins.Options{ExecTimeout: f.plugins.timeout})
-		if err != nil {
-			return err
-		}
-		creds = in
+	creds, err := f.credentials()
+	if err != nil {
+		return err
 	}
 	backend, err := criproxy.Dial(f.runtime, "")
 	if err != nil {
@@ -128,18 +101,9 @@ func runBake(cmd *cobra.Command, f *bakeFlags) error {
 	printBakeSummary(cmd.OutOrStdout(), results)
 
 	if f.recordPreload {
-		store, err := records.Open(f.recordDB, records.Options{})
-		if err != nil {
+		if err := recordBaked(cmd.OutOrStdout(), f.recordDB, results); err != nil {
 			return err
 		}
-		err = bake.RecordPreloaded(store, results, time.Now())
-		if cerr := store.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "recorded %d image(s) as preloaded in %s\n", len(results)-len(bake.Failed(results)), f.recordDB)
 	}
 	if f.allowlistOut != "" {
 		if err := writeAllowlist(f.allowlistOut, bake.Repositories(results)); err != nil {
@@ -154,6 +118,69 @@ func runBake(cmd *cobra.Command, f *bakeFlags) error {
 		}
 		return fmt.Errorf("%d of %d image(s) failed:%s", len(failed), len(results), b.String())
 	}
+	return nil
+}
+
+// fromProxyConfig takes the runtime endpoint and the ensure database from
+// --config, unless their own flags are given.
+func (f *bakeFlags) fromProxyConfig(cmd *cobra.Command) error {
+	if f.plugins.proxyConfig == "" {
+		return nil
+	}
+	cfg, err := config.Load(f.plugins.proxyConfig)
+	if err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("runtime-endpoint") {
+		f.runtime = cfg.RuntimeEndpoint
+		if cfg.ImageEndpoint != "" {
+			f.runtime = cfg.ImageEndpoint
+		}
+	}
+	if !cmd.Flags().Changed("ensure-database") {
+		f.recordDB = cfg.EnsureSecretPulledImages.DatabasePath
+	}
+	return nil
+}
+
+// credentials are a docker config's, the plugins', or none.
+func (f *bakeFlags) credentials() (bake.Credentials, error) {
+	switch {
+	case f.dockerConfig != "":
+		in, err := credplugins.NewFromDockerConfig(f.dockerConfig, credplugins.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	case f.plugins.config != "" || f.plugins.proxyConfig != "":
+		cfg, err := f.plugins.load()
+		if err != nil {
+			return nil, err
+		}
+		in, err := credplugins.New(cfg, credplugins.Options{ExecTimeout: f.plugins.timeout})
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	}
+	return nil, nil // anonymous pulls
+}
+
+// recordBaked records the images pulled as preloaded in the database at
+// path.
+func recordBaked(out io.Writer, path string, results []bake.Result) error {
+	store, err := records.Open(path, records.Options{})
+	if err != nil {
+		return err
+	}
+	err = bake.RecordPreloaded(store, results, time.Now())
+	if cerr := store.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "recorded %d image(s) as preloaded in %s\n", len(results)-len(bake.Failed(results)), path)
 	return nil
 }
 

@@ -147,36 +147,41 @@ database.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, res.Merged, rep.Intents, f.database)
-			if res.Unmapped > 0 {
-				fmt.Fprintf(out, "%d record(s) of the kubelet named no repository (pulled, every pod verifies): recorded as pulled with no verified credential for the %d repositories the runtime lists their images under", res.Unmapped, res.Repositories)
-				if res.NoRepository > 0 {
-					fmt.Fprintf(out, "; %d of them still name none (their image is not on the node, or has no name)", res.NoRepository)
-				}
-				fmt.Fprintln(out)
-			}
-			if len(pre) > 0 {
-				fmt.Fprintf(out, "%d preloaded record(s) of the kubelet gave their images %d preloaded name(s)", len(pre), res.PreloadedNames)
-				if res.PreloadedLeftOut > 0 {
-					fmt.Fprintf(out, "; %d repositories were not carried (pulled as them too, not on the node, no record, or the runtime could not say): their names need verification", res.PreloadedLeftOut)
-				}
-				if res.PreloadedUnasked != nil {
-					fmt.Fprintf(out, " (the runtime: %v)", res.PreloadedUnasked)
-				}
-				fmt.Fprintln(out)
-			}
-			if rep.SecretsNotCarried > 0 {
-				fmt.Fprintf(out, "%d pull secret credential(s) of the kubelet were not carried (the hash schemes differ): their images need verification, once, by the pods that use them\n", rep.SecretsNotCarried)
-			}
-			if rep.Skipped > 0 {
-				fmt.Fprintf(out, "%d file(s) skipped, as the kubelet skips them (temporary or foreign names)\n", rep.Skipped)
-			}
+			printImported(cmd.OutOrStdout(), f.database, rep, res, len(pre))
 			return nil
 		}}
 	cmd.Flags().StringVar(&format, "format", "", "the records' format: kubelet")
 	cmd.Flags().BoolVar(&create, "create", false, "create the database when it does not exist")
 	return cmd
+}
+
+// printImported says what an import of a kubelet's records did, and what
+// it could not carry.
+func printImported(out io.Writer, database string, rep kubeletrecords.ReadReport, res kubeletrecords.ImportReport, preloaded int) {
+	fmt.Fprintf(out, "imported %d record(s) (%d merged with the database's) and %d intent(s) into %s\n", rep.Records, res.Merged, rep.Intents, database)
+	if res.Unmapped > 0 {
+		fmt.Fprintf(out, "%d record(s) of the kubelet named no repository (pulled, every pod verifies): recorded as pulled with no verified credential for the %d repositories the runtime lists their images under", res.Unmapped, res.Repositories)
+		if res.NoRepository > 0 {
+			fmt.Fprintf(out, "; %d of them still name none (their image is not on the node, or has no name)", res.NoRepository)
+		}
+		fmt.Fprintln(out)
+	}
+	if preloaded > 0 {
+		fmt.Fprintf(out, "%d preloaded record(s) of the kubelet gave their images %d preloaded name(s)", preloaded, res.PreloadedNames)
+		if res.PreloadedLeftOut > 0 {
+			fmt.Fprintf(out, "; %d repositories were not carried (pulled as them too, not on the node, no record, or the runtime could not say): their names need verification", res.PreloadedLeftOut)
+		}
+		if res.PreloadedUnasked != nil {
+			fmt.Fprintf(out, " (the runtime: %v)", res.PreloadedUnasked)
+		}
+		fmt.Fprintln(out)
+	}
+	if rep.SecretsNotCarried > 0 {
+		fmt.Fprintf(out, "%d pull secret credential(s) of the kubelet were not carried (the hash schemes differ): their images need verification, once, by the pods that use them\n", rep.SecretsNotCarried)
+	}
+	if rep.Skipped > 0 {
+		fmt.Fprintf(out, "%d file(s) skipped, as the kubelet skips them (temporary or foreign names)\n", rep.Skipped)
+	}
 }
 
 func (f *recordsFlags) restoreCmd() *cobra.Command {
