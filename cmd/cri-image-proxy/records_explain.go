@@ -63,26 +63,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 				}
 				fmt.Fprintln(out)
 			}
-			for _, v := range e.Verifications {
-				by := "the registry"
-				if v.Vouched {
-					by = "a mirror vouched for"
-				}
-				fmt.Fprintf(out, "verified:    %s at %s by %s (%s), %s credential, %d blobs checked, %d requests\n",
-					v.Repository, v.At.Format("2006-01-02T15:04:05Z07:00"), by, v.Endpoint, v.CredentialKind, v.Blobs, v.Requests)
-				for _, b := range v.CheckedBlobs {
-					fmt.Fprintf(out, "             blob present: %s\n", b)
-				}
-				if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
-					fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, ensure.MaxListedBlobs)
-				}
-				for _, l := range v.ProvenLayers {
-					fmt.Fprintf(out, "             layer proven by its bytes: %s\n", l)
-				}
-				if len(v.ProvenLayers) > 0 {
-					fmt.Fprintf(out, "             (%d bytes fetched to prove them: the node shared them from another image)\n", v.ProvenBytes)
-				}
-			}
+			printVerifications(out, e.Verifications)
 			fmt.Fprintf(out, "check:       %s\n", e.Result)
 			if podUID != "" {
 				if e.GrantsKnown {
@@ -122,5 +103,30 @@ func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
 			fmt.Fprintln(out, line)
 		}
 		fmt.Fprintf(out, "  verdict: %s\n", x.Verdict)
+	}
+}
+
+// printVerifications lists what the registry (or a mirror vouched for)
+// checked for each repository of the image.
+func printVerifications(out io.Writer, verifications []ensure.Verification) {
+	for _, v := range verifications {
+		by := "the registry"
+		if v.Vouched {
+			by = "a mirror vouched for"
+		}
+		fmt.Fprintf(out, "verified:    %s at %s by %s (%s), %s credential, %d blobs checked, %d requests\n",
+			v.Repository, v.At.Format("2006-01-02T15:04:05Z07:00"), by, v.Endpoint, v.CredentialKind, v.Blobs, v.Requests)
+		for _, b := range v.CheckedBlobs {
+			fmt.Fprintf(out, "             blob present: %s\n", b)
+		}
+		if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
+			fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, ensure.MaxListedBlobs)
+		}
+		for _, l := range v.ProvenLayers {
+			fmt.Fprintf(out, "             layer proven by its bytes: %s\n", l)
+		}
+		if len(v.ProvenLayers) > 0 {
+			fmt.Fprintf(out, "             (%d bytes fetched to prove them: the node shared them from another image)\n", v.ProvenBytes)
+		}
 	}
 }

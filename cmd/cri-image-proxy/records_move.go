@@ -239,27 +239,7 @@ holds are settled then, as after a crash.`,
 			if err != nil {
 				return fmt.Errorf("%w (nothing restored)", err)
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "restored %s into %s\n", args[0], f.database)
-			if rep.Kept != "" {
-				fmt.Fprintf(out, "the database it replaced is kept as %s\n", rep.Kept)
-			}
-			fmt.Fprintf(out, "%d image(s) on the node the backup did not know (%d repositories) recorded as pulled with no verified credential: every pod verifies them once\n", rep.Images, rep.Repositories)
-			if len(names) > 0 {
-				fmt.Fprintf(out, "left as the backup has them, named preloaded: %s\n", strings.Join(names, ", "))
-			}
-			if rep.Unreadable > 0 {
-				fmt.Fprintf(out, "%d record(s) of the backup could not be read and were left: their images need verification\n", rep.Unreadable)
-			}
-			if rep.Intents > 0 {
-				fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
-			}
-			if rep.PreloadedCarried > 0 {
-				fmt.Fprintf(out, "the preloaded names of %d image(s) on the node, from the database it replaced, carried over: they stay free to all pods\n", rep.PreloadedCarried)
-			}
-			if rep.IntentsLost != "" {
-				fmt.Fprintf(out, "the pull intents of the database it replaced could not be read (%s) and were forgotten, as --forget-unreadable-intents asked\n", rep.IntentsLost)
-			}
+			printRestored(cmd.OutOrStdout(), args[0], f.database, rep, names)
 			return nil
 		}}
 	cmd.Flags().StringArrayVar(&preloaded, "preloaded", nil, "an image on the node that is preloaded (a name, or an ID for all its names); repeat for more")
@@ -291,4 +271,29 @@ func (f *recordsFlags) preloadedLayers(ctx context.Context, images, present []re
 	defer backend.Close()
 	rt := ensure.CRIRuntime(runtimeapi.NewImageServiceClient(backend.Image), runtimeapi.NewRuntimeServiceClient(backend.Runtime))
 	return records.PreloadedLayers(ctx, rt, images, present)
+}
+
+// printRestored says what a restore did, and what the operator should
+// know of it.
+func printRestored(out io.Writer, backup, database string, rep records.RestoreReport, names []string) {
+	fmt.Fprintf(out, "restored %s into %s\n", backup, database)
+	if rep.Kept != "" {
+		fmt.Fprintf(out, "the database it replaced is kept as %s\n", rep.Kept)
+	}
+	fmt.Fprintf(out, "%d image(s) on the node the backup did not know (%d repositories) recorded as pulled with no verified credential: every pod verifies them once\n", rep.Images, rep.Repositories)
+	if len(names) > 0 {
+		fmt.Fprintf(out, "left as the backup has them, named preloaded: %s\n", strings.Join(names, ", "))
+	}
+	if rep.Unreadable > 0 {
+		fmt.Fprintf(out, "%d record(s) of the backup could not be read and were left: their images need verification\n", rep.Unreadable)
+	}
+	if rep.Intents > 0 {
+		fmt.Fprintf(out, "%d pull intent(s) of the database it replaced carried over: the next start settles them\n", rep.Intents)
+	}
+	if rep.PreloadedCarried > 0 {
+		fmt.Fprintf(out, "the preloaded names of %d image(s) on the node, from the database it replaced, carried over: they stay free to all pods\n", rep.PreloadedCarried)
+	}
+	if rep.IntentsLost != "" {
+		fmt.Fprintf(out, "the pull intents of the database it replaced could not be read (%s) and were forgotten, as --forget-unreadable-intents asked\n", rep.IntentsLost)
+	}
 }
