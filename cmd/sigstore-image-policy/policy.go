@@ -262,81 +262,18 @@ func newAuthority(fp *field.Path, ac authorityConfig, tr root.TrustedMaterial, h
 		errs = append(errs, field.Required(field.NewPath("trustedRoot"), fmt.Sprintf("%s needs a trusted root (keyless, or a transparency log required)", fp)))
 	}
 	a := &authority{name: ac.Name}
+	var material root.TrustedMaterial
 	var opts []verify.VerifierOption
-	var material root.TrustedMaterial = tr
-	if k := ac.Key; k != nil {
-		a.key = true
-		pub, desc, err := loadKey(k)
-		if err != nil {
-			return nil, append(errs, field.Invalid(fp.Child("key"), desc, err.Error()))
-		}
-		a.describe = "key " + desc
-		v, err := signature.LoadDefaultVerifier(pub)
-		if err != nil {
-			return nil, append(errs, field.Invalid(fp.Child("key"), desc, err.Error()))
-		}
-		// A key is trusted for whatever hint a signature carries: cosign's
-		// simple signing names no key, and the authority has one.
-		keyMaterial := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
-			return root.NewExpiringKey(v, time.Time{}, time.Time{}), nil
-		})
-		if tlog == Require {
-			if tr == nil {
-				return nil, errs
-			}
-			material = root.TrustedMaterialCollection{tr, keyMaterial}
-			opts = append(opts, verify.WithTransparencyLog(1), verify.WithIntegratedTimestamps(1))
-		} else {
-			material = keyMaterial
-			opts = append(opts, verify.WithNoObserverTimestamps())
-		}
+	var more field.ErrorList
+	if ac.Key != nil {
+		material, opts, more = a.withKey(fp, ac.Key, tr, tlog)
 	} else {
-		kl := ac.Keyless
-		if len(kl.Identities) == 0 {
-			errs = append(errs, field.Required(fp.Child("keyless", "identities"), "at least 1 identity (issuer and subject)"))
-		}
-		var described []string
-		for i, id := range kl.Identities {
-			ip := fp.Child("keyless", "identities").Index(i)
-			if (id.Issuer == "") == (id.IssuerRegExp == "") {
-				errs = append(errs, field.Invalid(ip, id.Issuer+id.IssuerRegExp, "exactly one of issuer and issuerRegExp"))
-			}
-			if (id.Subject == "") == (id.SubjectRegExp == "") {
-				errs = append(errs, field.Invalid(ip, id.Subject+id.SubjectRegExp, "exactly one of subject and subjectRegExp"))
-			}
-			for _, re := range []struct{ name, v string }{{"issuerRegExp", id.IssuerRegExp}, {"subjectRegExp", id.SubjectRegExp}} {
-				if re.v != "" {
-					if _, err := regexp.Compile(re.v); err != nil {
-						errs = append(errs, field.Invalid(ip.Child(re.name), re.v, err.Error()))
-					}
-				}
-			}
-			ci, err := verify.NewShortCertificateIdentity(id.Issuer, id.IssuerRegExp, id.Subject, id.SubjectRegExp)
-			if err != nil {
-				errs = append(errs, field.Invalid(ip, id, err.Error()))
-				continue
-			}
-			a.identities = append(a.identities, ci)
-			described = append(described, first(id.Subject, id.SubjectRegExp)+" from "+first(id.Issuer, id.IssuerRegExp))
-		}
-		a.describe = "keyless " + strings.Join(described, " or ")
-		if tr == nil {
-			return nil, errs
-		}
-		if tlog == Require {
-			opts = append(opts, verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1))
-		} else {
-			opts = append(opts, verify.WithSignedTimestamps(1))
-		}
-		switch kl.CertificateTransparency {
-		case "", Require:
-			opts = append(opts, verify.WithSignedCertificateTimestamps(1))
-		case Ignore:
-		default:
-			errs = append(errs, field.NotSupported(fp.Child("keyless", "certificateTransparency"), kl.CertificateTransparency, []string{Require, Ignore}))
-		}
+		material, opts, more = a.withKeyless(fp, ac.Keyless, tr, tlog)
 	}
-	if len(errs) > 0 {
+	errs = append(errs, more...)
+	if len(errs) > 0 || material == nil {
+		// material is nil when the trusted root it needs did not load: that
+		// error is the root's, reported where it is read.
 		return nil, errs
 	}
 	v, err := verify.NewVerifier(material, opts...)
@@ -345,6 +282,89 @@ func newAuthority(fp *field.Path, ac authorityConfig, tr root.TrustedMaterial, h
 	}
 	a.verifier = v
 	return a, nil
+}
+
+// withKey makes a an authority of a public key: trusted for whatever hint
+// a signature carries, with the transparency log's entries checked against
+// tr when tlog requires them. It returns the verifier's material and
+// options; nil material with no error when tr is needed and absent.
+func (a *authority) withKey(fp *field.Path, k *keyConfig, tr root.TrustedMaterial, tlog string) (root.TrustedMaterial, []verify.VerifierOption, field.ErrorList) {
+	a.key = true
+	pub, desc, err := loadKey(k)
+	if err != nil {
+		return nil, nil, field.ErrorList{field.Invalid(fp.Child("key"), desc, err.Error())}
+	}
+	a.describe = "key " + desc
+	v, err := signature.LoadDefaultVerifier(pub)
+	if err != nil {
+		return nil, nil, field.ErrorList{field.Invalid(fp.Child("key"), desc, err.Error())}
+	}
+	// A key is trusted for whatever hint a signature carries: cosign's
+	// simple signing names no key, and the authority has one.
+	keyMaterial := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
+		return root.NewExpiringKey(v, time.Time{}, time.Time{}), nil
+	})
+	if tlog != Require {
+		return keyMaterial, []verify.VerifierOption{verify.WithNoObserverTimestamps()}, nil
+	}
+	if tr == nil {
+		return nil, nil, nil
+	}
+	return root.TrustedMaterialCollection{tr, keyMaterial}, []verify.VerifierOption{verify.WithTransparencyLog(1), verify.WithIntegratedTimestamps(1)}, nil
+}
+
+// withKeyless makes a an authority of keyless identities (an issuer and a
+// subject each, exact or by regular expression), verified against tr's
+// certificate authorities, timestamps and, unless ignored, certificate
+// transparency. Nil material with the identities' errors when tr is
+// absent.
+func (a *authority) withKeyless(fp *field.Path, kl *keylessConfig, tr root.TrustedMaterial, tlog string) (root.TrustedMaterial, []verify.VerifierOption, field.ErrorList) {
+	var errs field.ErrorList
+	if len(kl.Identities) == 0 {
+		errs = append(errs, field.Required(fp.Child("keyless", "identities"), "at least 1 identity (issuer and subject)"))
+	}
+	var described []string
+	for i, id := range kl.Identities {
+		ip := fp.Child("keyless", "identities").Index(i)
+		if (id.Issuer == "") == (id.IssuerRegExp == "") {
+			errs = append(errs, field.Invalid(ip, id.Issuer+id.IssuerRegExp, "exactly one of issuer and issuerRegExp"))
+		}
+		if (id.Subject == "") == (id.SubjectRegExp == "") {
+			errs = append(errs, field.Invalid(ip, id.Subject+id.SubjectRegExp, "exactly one of subject and subjectRegExp"))
+		}
+		for _, re := range []struct{ name, v string }{{"issuerRegExp", id.IssuerRegExp}, {"subjectRegExp", id.SubjectRegExp}} {
+			if re.v != "" {
+				if _, err := regexp.Compile(re.v); err != nil {
+					errs = append(errs, field.Invalid(ip.Child(re.name), re.v, err.Error()))
+				}
+			}
+		}
+		ci, err := verify.NewShortCertificateIdentity(id.Issuer, id.IssuerRegExp, id.Subject, id.SubjectRegExp)
+		if err != nil {
+			errs = append(errs, field.Invalid(ip, id, err.Error()))
+			continue
+		}
+		a.identities = append(a.identities, ci)
+		described = append(described, first(id.Subject, id.SubjectRegExp)+" from "+first(id.Issuer, id.IssuerRegExp))
+	}
+	a.describe = "keyless " + strings.Join(described, " or ")
+	if tr == nil {
+		return nil, nil, errs
+	}
+	var opts []verify.VerifierOption
+	if tlog == Require {
+		opts = append(opts, verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1))
+	} else {
+		opts = append(opts, verify.WithSignedTimestamps(1))
+	}
+	switch kl.CertificateTransparency {
+	case "", Require:
+		opts = append(opts, verify.WithSignedCertificateTimestamps(1))
+	case Ignore:
+	default:
+		errs = append(errs, field.NotSupported(fp.Child("keyless", "certificateTransparency"), kl.CertificateTransparency, []string{Require, Ignore}))
+	}
+	return tr, opts, errs
 }
 
 // loadKey reads a PEM public key; desc names it for reasons.
