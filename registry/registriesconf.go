@@ -167,6 +167,33 @@ func registriesConfFingerprint(path string) (string, error) {
 // does (postProcessRegistries): the entries, normalized, with the first of
 // a prefix named twice kept.
 func parseRegistriesConf(b []byte) ([]confRegistry, error) {
+	f, err := decodeRegistriesConf(b)
+	if err != nil {
+		return nil, err
+	}
+	for i := range f.Registries {
+		if err := normalizeConfRegistry(i, &f.Registries[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := sameSettingsPerLocation(f.Registries); err != nil {
+		return nil, err
+	}
+	// The first entry of a prefix wins: a later one is never matched.
+	var out []confRegistry
+	seen := map[string]bool{}
+	for _, r := range f.Registries {
+		if !seen[r.Prefix] {
+			seen[r.Prefix] = true
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// decodeRegistriesConf decodes a file and checks what is not an entry:
+// the format's version, the short-name mode, the search registries.
+func decodeRegistriesConf(b []byte) (*confFile, error) {
 	if len(b) > maxRegistriesConfBytes {
 		return nil, fmt.Errorf("over %d bytes", maxRegistriesConfBytes)
 	}
@@ -200,85 +227,84 @@ func parseRegistriesConf(b []byte) ([]confRegistry, error) {
 			return nil, fmt.Errorf("unqualified-search-registries: %w", err)
 		}
 	}
-	byLocation := map[string][]int{}
-	for i := range f.Registries {
-		r := &f.Registries[i]
-		what := fmt.Sprintf("[[registry]] %d", i+1)
-		var err error
-		if r.Location, err = trimLocation(r.Location); err != nil {
-			return nil, fmt.Errorf("%s: location: %w", what, err)
-		}
-		if r.Prefix == "" {
-			if r.Location == "" {
-				return nil, fmt.Errorf("%s: neither prefix nor location is set", what)
-			}
-			r.Prefix = r.Location
-		} else {
-			if r.Prefix, err = trimLocation(r.Prefix); err != nil {
-				return nil, fmt.Errorf("%s: prefix: %w", what, err)
-			}
-			if !strings.HasPrefix(r.Prefix, "*.") && r.Location == "" {
-				return nil, fmt.Errorf("%s (prefix %q): location is not set, and the prefix is no wildcard (*.example.com)", what, r.Prefix)
-			}
-		}
-		what = fmt.Sprintf("[[registry]] %d (prefix %q)", i+1, r.Prefix)
-		if strings.HasPrefix(r.Prefix, "*.") && strings.ContainsAny(r.Prefix, "/@:") {
-			return nil, fmt.Errorf("%s: a wildcard prefix is *.example.com, with no port, path, tag or digest", what)
-		}
-		if r.PullFromMirror != "" {
-			return nil, fmt.Errorf("%s: pull-from-mirror is for a [[registry.mirror]], not the registry", what)
-		}
-		for j := range r.Mirrors {
-			m := &r.Mirrors[j]
-			if m.Location, err = trimLocation(m.Location); err != nil {
-				return nil, fmt.Errorf("%s: mirror %d: location: %w", what, j+1, err)
-			}
-			if m.Location == "" {
-				return nil, fmt.Errorf("%s: mirror %d: location is not set", what, j+1)
-			}
-			switch m.PullFromMirror {
-			case "", "all", "digest-only", "tag-only":
-			default:
-				return nil, fmt.Errorf("%s: mirror %d: pull-from-mirror %q: want all, digest-only or tag-only", what, j+1, m.PullFromMirror)
-			}
-			if r.MirrorByDigestOnly && m.PullFromMirror != "" {
-				return nil, fmt.Errorf("%s: mirror-by-digest-only and a mirror's pull-from-mirror are set together", what)
-			}
-		}
-		key := r.Location
-		if key == "" {
-			key = r.Prefix
-		}
-		byLocation[key] = append(byLocation[key], i)
+	return &f, nil
+}
+
+// normalizeConfRegistry checks the i-th [[registry]] entry and its
+// mirrors, and trims their locations and prefix in place.
+func normalizeConfRegistry(i int, r *confRegistry) error {
+	what := fmt.Sprintf("[[registry]] %d", i+1)
+	var err error
+	if r.Location, err = trimLocation(r.Location); err != nil {
+		return fmt.Errorf("%s: location: %w", what, err)
 	}
-	// One location named by several entries (several prefixes) must say
-	// the same of it.
-	for i := range f.Registries {
-		r := &f.Registries[i]
-		key := r.Location
-		if key == "" {
-			key = r.Prefix
+	if r.Prefix == "" {
+		if r.Location == "" {
+			return fmt.Errorf("%s: neither prefix nor location is set", what)
 		}
+		r.Prefix = r.Location
+	} else {
+		if r.Prefix, err = trimLocation(r.Prefix); err != nil {
+			return fmt.Errorf("%s: prefix: %w", what, err)
+		}
+		if !strings.HasPrefix(r.Prefix, "*.") && r.Location == "" {
+			return fmt.Errorf("%s (prefix %q): location is not set, and the prefix is no wildcard (*.example.com)", what, r.Prefix)
+		}
+	}
+	what = fmt.Sprintf("[[registry]] %d (prefix %q)", i+1, r.Prefix)
+	if strings.HasPrefix(r.Prefix, "*.") && strings.ContainsAny(r.Prefix, "/@:") {
+		return fmt.Errorf("%s: a wildcard prefix is *.example.com, with no port, path, tag or digest", what)
+	}
+	if r.PullFromMirror != "" {
+		return fmt.Errorf("%s: pull-from-mirror is for a [[registry.mirror]], not the registry", what)
+	}
+	for j := range r.Mirrors {
+		m := &r.Mirrors[j]
+		if m.Location, err = trimLocation(m.Location); err != nil {
+			return fmt.Errorf("%s: mirror %d: location: %w", what, j+1, err)
+		}
+		if m.Location == "" {
+			return fmt.Errorf("%s: mirror %d: location is not set", what, j+1)
+		}
+		switch m.PullFromMirror {
+		case "", "all", "digest-only", "tag-only":
+		default:
+			return fmt.Errorf("%s: mirror %d: pull-from-mirror %q: want all, digest-only or tag-only", what, j+1, m.PullFromMirror)
+		}
+		if r.MirrorByDigestOnly && m.PullFromMirror != "" {
+			return fmt.Errorf("%s: mirror-by-digest-only and a mirror's pull-from-mirror are set together", what)
+		}
+	}
+	return nil
+}
+
+// sameSettingsPerLocation: one location named by several entries
+// (several prefixes) must say the same of it.
+func sameSettingsPerLocation(regs []confRegistry) error {
+	keyOf := func(r *confRegistry) string {
+		if r.Location == "" {
+			return r.Prefix
+		}
+		return r.Location
+	}
+	byLocation := map[string][]int{}
+	for i := range regs {
+		byLocation[keyOf(&regs[i])] = append(byLocation[keyOf(&regs[i])], i)
+	}
+	for i := range regs {
+		r := &regs[i]
+		key := keyOf(r)
 		for _, j := range byLocation[key] {
-			o := &f.Registries[j]
+			o := &regs[j]
 			if o.Insecure != r.Insecure {
-				return nil, fmt.Errorf("registry %q is defined twice with conflicting insecure settings", key)
+				return fmt.Errorf("registry %q is defined twice with conflicting insecure settings", key)
 			}
 			if o.Blocked != r.Blocked {
-				return nil, fmt.Errorf("registry %q is defined twice with conflicting blocked settings", key)
+				return fmt.Errorf("registry %q is defined twice with conflicting blocked settings", key)
 			}
 		}
 	}
-	// The first entry of a prefix wins: a later one is never matched.
-	var out []confRegistry
-	seen := map[string]bool{}
-	for _, r := range f.Registries {
-		if !seen[r.Prefix] {
-			seen[r.Prefix] = true
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return nil
 }
 
 var goField = regexp.MustCompile(`struct field [\w.]*\.(\w+) of type`)
