@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -249,10 +247,10 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 		return "", res, fmt.Errorf("pulling %s: the registry check ended without the runtime's pull: %w", image, errdefs.ErrInternal)
 	}
 	id := g.imageID(context.WithoutCancel(ctx), image, out.ref)
-	if !imageref.IsID(id) || crireq.IDDigest(id) != res.ConfigDigest {
+	if err := crireq.PulledAsAnswered(image, id, res.ConfigDigest); err != nil {
 		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
-		return "", res, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
+		return "", res, err
 	}
 	return out.ref, res, nil
 }
@@ -282,14 +280,10 @@ func (g *Guard) pulledImage(ctx context.Context, image, repo, ref string) (regis
 		// Not a word on the manifest: the registry's is taken whole.
 		return p, nil
 	}
-	for _, n := range img.Names {
-		name, d, found := strings.Cut(n, "@")
-		if !found {
-			continue
-		}
-		if r, ok := g.repository(name); ok && r == repo {
-			if dd, err := digest.Parse(d); err == nil {
-				p.ManifestDigests = append(p.ManifestDigests, dd)
+	for _, name := range img.Names {
+		if n := g.parse(name); n.OK && n.Repository == repo && n.Digest() != "" {
+			if d, err := digest.Parse(n.Digest()); err == nil {
+				p.ManifestDigests = append(p.ManifestDigests, d)
 			}
 		}
 	}

@@ -2,9 +2,11 @@ package crireq
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 
+	"github.com/containerd/errdefs"
 	digest "github.com/opencontainers/go-digest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -197,6 +199,19 @@ func IDDigest(id string) digest.Digest {
 		return d
 	}
 	return digest.Digest("sha256:" + id)
+}
+
+// PulledAsAnswered is nil when the image ID the runtime's pull of image
+// produced is the image the registry answered for that pull (its config
+// digest), else the pull's Aborted error: a tag moved while it was pulled,
+// or the runtime got the image elsewhere, and the registry vouched for
+// another image than the one the node now holds. The caller logs its own
+// consequence.
+func PulledAsAnswered(image, pulledID string, answered digest.Digest) error {
+	if imageref.IsID(pulledID) && IDDigest(pulledID) == answered {
+		return nil
+	}
+	return fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
 }
 
 // RuntimeAnswered reports whether an ImageStatus error for name is the

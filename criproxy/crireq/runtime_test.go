@@ -2,12 +2,16 @@ package crireq_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/containerd/errdefs"
+	digest "github.com/opencontainers/go-digest"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 )
@@ -58,6 +62,29 @@ func TestACanonicalIDFindsABareIDRuntimesImage(t *testing.T) {
 			}
 			if asked != tc.wantAsked {
 				t.Errorf("the runtime was asked %d times, want %d", asked, tc.wantAsked)
+			}
+		})
+	}
+}
+
+func TestPulledAsAnsweredIsTheRegistrysImageOrAborted(t *testing.T) {
+	t.Parallel()
+	id := strings.Repeat("ab", 32)
+	answered := digest.Digest("sha256:" + id)
+	for _, tc := range []struct {
+		name, pulled string
+		ok           bool
+	}{
+		{"the answered image, by its full ID", "sha256:" + id, true},
+		{"the answered image, by a bare ID (CRI-O's form)", id, true},
+		{"another image", "sha256:" + strings.Repeat("cd", 32), false},
+		{"a name, not an ID", "registry.test/a/b:v1", false},
+		{"nothing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := crireq.PulledAsAnswered("registry.test/a/b:v1", tc.pulled, answered)
+			if tc.ok != (err == nil) || (err != nil && !errdefs.IsAborted(err)) {
+				t.Fatalf("got %v", err)
 			}
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
@@ -272,11 +271,8 @@ func (g *Gate) repoDigest(names []string, repo string) string {
 // normalized reference, never an ID): its repository, and its digest when
 // it is a repo digest.
 func (g *Gate) repoAndDigest(name string) (repo, digest string) {
-	at := strings.LastIndexByte(name, '@')
-	if at < 0 {
-		return g.names.Parse(name).Repository, ""
-	}
-	return g.names.Parse(name[:at]).Repository, name[at+1:]
+	n := g.names.Parse(name)
+	return n.Repository, n.Digest()
 }
 
 // listedBefore reports whether repo is the repository of one of names.

@@ -2,16 +2,13 @@ package cri
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 
-	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
-	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -99,10 +96,10 @@ func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	}
 	crireq.LearnPullRef(h.images, resp.GetImageRef())
 	id := crireq.ImageID(context.WithoutCancel(ctx), h.images, image, resp.GetImageRef())
-	if !imageref.IsID(id) || crireq.IDDigest(id) != res.ConfigDigest {
+	if err := crireq.PulledAsAnswered(image, id, res.ConfigDigest); err != nil {
 		h.log.WarnContext(ctx, "image policy: the runtime pulled another image than the registry resolved; refused",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
-		return nil, fmt.Errorf("pulling %s: the image changed while it was pulled; retry: %w", image, errdefs.ErrAborted)
+		return nil, err
 	}
 	h.gate.Bind(v, id)
 	return resp, nil

@@ -49,6 +49,17 @@ func (n Name) Lookup() string {
 	return n.Ref
 }
 
+// Digest is the manifest digest the name pins ("sha256:..."), "" when it
+// pins none: how a runtime's repo digest (repo@sha256:...) says which
+// manifest it fetched for the repository. Parsed by the reference grammar,
+// so one spelling serves every caller.
+func (n Name) Digest() string {
+	if i := strings.IndexByte(n.Ref, '@'); i >= 0 {
+		return n.Ref[i+1:]
+	}
+	return ""
+}
+
 // maxReferenceLength is more than any reference can be: a repository of
 // at most 255 bytes (reference.NameTotalLengthMax), a tag of at most 128
 // and a digest. A longer string is refused before the grammar runs, which

@@ -55,6 +55,23 @@ func TestLookupIsTheNameTheRuntimeResolves(t *testing.T) {
 	}
 }
 
+func TestDigestIsTheManifestANamePins(t *testing.T) {
+	t.Parallel()
+	d := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct{ in, repo, digest string }{
+		{"registry.test/team/app@" + d, "registry.test/team/app", d},
+		{"registry.test/team/app:v1@" + d, "registry.test/team/app", d},
+		{"registry.test/team/app:v1", "registry.test/team/app", ""},
+		{"registry.test/team/app@sha256:short", "", ""},
+		{"registry.test/a@b@" + d, "", ""},
+	} {
+		n := Parse(tc.in)
+		if n.Repository != tc.repo || n.Digest() != tc.digest {
+			t.Errorf("Parse(%q): repository %q, digest %q; want %q, %q", tc.in, n.Repository, n.Digest(), tc.repo, tc.digest)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"nginx", "registry.test/a/b:v1@sha256:" + "11111111111111111111111111111111111111111111111111111111111111ab", "sha256:", "a:b:c", ""} {
 		f.Add(s)
