@@ -13,6 +13,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
 
@@ -192,7 +193,7 @@ func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
 			if !c.NodePodsAccessible {
 				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
 			}
-			if ok, why := d.fresh(imageRef, r, "node"); !ok {
+			if ok, why := d.fresh(imageRef, r, records.NodeKey); !ok {
 				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and " + r + " was " + why}
 			}
 		}
@@ -205,7 +206,7 @@ func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
 	case mapping == nil:
 		return decision{true, resultMustAuth, "no verified pull as " + repo}
 	case mapping.NodePodsAccessible:
-		if ok, why := d.fresh(imageRef, repo, "node"); !ok {
+		if ok, why := d.fresh(imageRef, repo, records.NodeKey); !ok {
 			return decision{true, resultMustAuth, repo + " was pulled anonymously or with node credentials, " + why}
 		}
 		return decision{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
@@ -244,12 +245,12 @@ func (d *Decider) verified(imageRef, repo, hash string) (bool, string) {
 	}
 	switch {
 	case hash != "" && slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == hash }):
-		if ok, why := d.fresh(imageRef, repo, "h:"+hash); !ok {
+		if ok, why := d.fresh(imageRef, repo, records.HashKey(hash)); !ok {
 			return false, "the request's credential was " + why
 		}
 		return true, "the request's credential was verified for " + repo
 	case hash == "" && c.NodePodsAccessible:
-		if ok, why := d.fresh(imageRef, repo, "node"); !ok {
+		if ok, why := d.fresh(imageRef, repo, records.NodeKey); !ok {
 			return false, repo + " was " + why
 		}
 		return true, repo + " is accessible to all pods of the node"

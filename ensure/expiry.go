@@ -154,7 +154,7 @@ func CredentialAges(store RecordStore, rec *Record, expiry *Expiry, now time.Tim
 		}
 		var creds []named
 		if c.NodePodsAccessible {
-			creds = append(creds, named{"node", []string{"node"}})
+			creds = append(creds, named{"node", []string{records.NodeKey}})
 		}
 		for _, s := range c.KubernetesSecrets {
 			name := "secret " + s.Namespace + "/" + s.Name

@@ -94,7 +94,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	// (when one is set) entitles no more: the pod verifies again.
 	var expired string
 	if c.NodePodsAccessible {
-		ok, why := g.fresh(imageRef, repo, "node")
+		ok, why := g.fresh(imageRef, repo, records.NodeKey)
 		if ok {
 			return true, "accessible to all pods of the node"
 		}
@@ -134,7 +134,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 		}
 		for _, h := range hashes {
 			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
-				ok, why := g.fresh(imageRef, repo, "h:"+h)
+				ok, why := g.fresh(imageRef, repo, records.HashKey(h))
 				if ok {
 					return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo
 				}

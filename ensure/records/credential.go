@@ -43,6 +43,14 @@ type SecretRef struct {
 // still allowed its pull, it is just not remembered (it verifies again).
 const maxCredentialsPerRepository = 100
 
+// NodeKey is the node's own credential key (an anonymous or node-wide
+// pull), and HashKey a credential's by its salted hash: the keys the
+// decisions look verification times up by (CredentialKeys makes them all).
+const NodeKey = "node"
+
+// HashKey is the key of the credential whose salted hash is hash.
+func HashKey(hash string) string { return "h:" + hash }
+
 // CredentialKeys name a credential in the verification times (VerifiedAt):
 // "node" for the node itself, "sa:UID/NAMESPACE/NAME" for a service
 // account, "h:HASH" for a credential's salted hash and, when its secret is
@@ -50,14 +58,14 @@ const maxCredentialsPerRepository = 100
 func CredentialKeys(cred Credential) []string {
 	switch {
 	case cred.Node:
-		return []string{"node"}
+		return []string{NodeKey}
 	case cred.ServiceAccount != nil:
 		sa := cred.ServiceAccount
 		return []string{"sa:" + sa.UID + "/" + sa.Namespace + "/" + sa.Name}
 	}
 	var keys []string
 	if cred.Hash != "" {
-		keys = append(keys, "h:"+cred.Hash)
+		keys = append(keys, HashKey(cred.Hash))
 	}
 	if cred.Secret != nil && cred.Secret.UID != "" {
 		keys = append(keys, "s:"+cred.Secret.UID)
