@@ -299,7 +299,7 @@ func TestLayersThatCouldNotBeKeptAreMarkedUnknown(t *testing.T) {
 // the node (the image is there: "before"), the kubelet's image GC removes
 // it through the proxy (B can bring disk pressure on), and the record is
 // forgotten. The registry check finds no image on the node to answer from
-// (ErrMoved), so the runtime pulls it back, and settle's listedBefore sees
+// (ErrMoved), so the runtime pulls it back, and settle's namesBeforePull sees
 // an image with no record that the name stood for before the pull: it
 // takes A's tag for a preloaded name. A's private image is then free to
 // every tenant, by that tag and by ID. An image that had a record when the

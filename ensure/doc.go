@@ -80,7 +80,7 @@
 // runtime listed it under before that pull (its preloaded names, the
 // kubelet's ImagePreloadedRecord by full name): by them, and by its ID,
 // the image stays free to every pod as it was, while the name pulled with
-// credentials is its puller's (Decider.decide, Guard.listedBefore).
+// credentials is its puller's (Decider.decide, Guard.namesBeforePull).
 //
 // The records database is package records (ensure/records): its layout,
 // migrations and durability are documented there. A write that fails (a

@@ -217,7 +217,7 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 	return crireq.ImageID(ctx, g.runtime, name, ref)
 }
 
-// listedBefore returns the names the image ref, which a pull of image (of
+// namesBeforePull returns the names the image ref, which a pull of image (of
 // repository repo) just resolved to, was listed under before that pull,
 // when ref has no record yet: it was on the node, free to every pod by
 // those names, and they stay so (the store keeps them with the pull's
@@ -246,7 +246,7 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 //
 // What is left out needs verification, as an image without preloaded
 // names does: the error is on the safe side. See decide for what the names then allow.
-func (g *Guard) listedBefore(ctx context.Context, run *pullRun, ref string) []string {
+func (g *Guard) namesBeforePull(ctx context.Context, run *pullRun, ref string) []string {
 	image, repo, before, fl := run.image, run.repo, run.before, run.flight
 	if g.removals.since(ref, run.began) || !g.awaitObserved(ctx) {
 		return nil

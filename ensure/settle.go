@@ -161,7 +161,7 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	// way is waited for before the image's lock is taken.
 	g.awaitObserved(ctx)
 	unlock := g.refs.lock(id)
-	preloaded := g.listedBefore(ctx, run, id)
+	preloaded := g.namesBeforePull(ctx, run, id)
 	intent := run.intent
 	if cut {
 		// The runtime's last word on a stopped try is not known: whatever

@@ -228,7 +228,7 @@ func (g *Gate) eachRepository(img crireq.Image, repo string, f func(repo, digest
 	decided := false
 	for i, name := range img.Names {
 		r, _ := g.repoAndDigest(name)
-		if r == "" || g.listedBefore(img.Names[:i], r) {
+		if r == "" || g.repositoryAmong(img.Names[:i], r) {
 			continue
 		}
 		decided = true
@@ -275,8 +275,8 @@ func (g *Gate) repoAndDigest(name string) (repo, digest string) {
 	return n.Repository, n.Digest()
 }
 
-// listedBefore reports whether repo is the repository of one of names.
-func (g *Gate) listedBefore(names []string, repo string) bool {
+// repositoryAmong reports whether repo is the repository of one of names.
+func (g *Gate) repositoryAmong(names []string, repo string) bool {
 	for _, n := range names {
 		if r, _ := g.repoAndDigest(n); r == repo {
 			return true
