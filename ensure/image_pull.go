@@ -30,7 +30,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	tries := func(ctx context.Context, each func(context.Context, registry.Credential, Forward) (string, error)) (string, pullcred.Used, error) {
 		try := func(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 			var resp *runtimeapi.PullImageResponse
-			ref, err := each(ctx, crireq.RegistryCredential(r.GetAuth()), func(ctx context.Context) (string, error) {
+			ref, err := each(ctx, registry.CredentialOf(r.GetAuth()), func(ctx context.Context) (string, error) {
 				var err error
 				resp, err = next(ctx, r)
 				return resp.GetImageRef(), err

@@ -318,7 +318,7 @@ func (g *Guard) registryWord(ctx context.Context, image string, res registry.Res
 }
 
 // checkFailed is a refused try: the operator's log names the registry and
-// the cause; the pod's owner reads crireq.RegistryRefusal.
+// the cause; the pod's owner reads registry.Refusal.
 func (g *Guard) checkFailed(ctx context.Context, image string, err error) error {
 	switch {
 	case errors.Is(err, registry.ErrForged):
@@ -330,5 +330,5 @@ func (g *Guard) checkFailed(ctx context.Context, image string, err error) error 
 	case errors.Is(err, registry.ErrUnreachable):
 		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
 	}
-	return crireq.RegistryRefusal(image, err)
+	return registry.Refusal(image, err)
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/containerd/errdefs"
 )
 
 // The three answers a check can fail with, matched with errors.Is, and
@@ -155,3 +157,33 @@ func registryCodes(body []byte) string {
 }
 
 var errorCodeField = regexp.MustCompile(`"code"\s*:\s*"([^"]{1,40})"`)
+
+// Refusal is a check that failed, as the pod's owner sees it: the image
+// as the pod named it and the registry's short reason, nothing of another
+// tenant's (no digest: the operator's log has them). A refusal is
+// PermissionDenied, a forged answer (bytes that are not the content their
+// digest names) too, a registry that cannot be asked Unavailable, an
+// answer that is not the image Aborted (retry).
+func Refusal(image string, err error) error {
+	var rerr *Error
+	reason := "the registry check could not be made"
+	if errors.As(err, &rerr) && rerr.Reason != "" {
+		reason = rerr.Reason
+	}
+	var code error
+	switch {
+	case errors.Is(err, ErrForged):
+		// A refusal of this pull, whatever else the error says: a retry
+		// fetches the same bytes.
+		code = errdefs.ErrPermissionDenied
+	case errors.Is(err, ErrDenied):
+		code = errdefs.ErrPermissionDenied
+	case errors.Is(err, ErrMoved):
+		code = errdefs.ErrAborted
+	case errors.Is(err, ErrUnreachable):
+		code = errdefs.ErrUnavailable
+	default:
+		code = errdefs.ErrInvalidArgument
+	}
+	return fmt.Errorf("pulling %s: %s: %w", image, reason, code)
+}

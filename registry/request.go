@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,6 +22,30 @@ type Credential struct {
 	Username, Password string
 	IdentityToken      string
 	RegistryToken      string
+}
+
+// AuthFields is a pull's auth as the CRI carries it: a
+// *runtimeapi.AuthConfig has these getters (nil-safe), and this package
+// takes it without importing the CRI.
+type AuthFields interface {
+	GetUsername() string
+	GetPassword() string
+	GetAuth() string
+	GetIdentityToken() string
+	GetRegistryToken() string
+}
+
+// CredentialOf is a pull's auth as the check takes it: the auth field,
+// when it is all there is, decoded to its user and password as the
+// runtime decodes it.
+func CredentialOf(a AuthFields) Credential {
+	c := Credential{Username: a.GetUsername(), Password: a.GetPassword(), IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
+	if c.Username == "" && c.Password == "" && a.GetAuth() != "" {
+		if dec, err := base64.StdEncoding.DecodeString(a.GetAuth()); err == nil {
+			c.Username, c.Password, _ = strings.Cut(string(dec), ":")
+		}
+	}
+	return c
 }
 
 // Credential kinds, as Result.CredentialKind names them.

@@ -9,9 +9,7 @@
 //     config is no pod), an image spec as an ImageQuery (QueryOf), every
 //     image a CreateContainer would show its container (ContainerImages:
 //     its image and each image volume's, KEP-4639) once CreateShape found
-//     the parts a decision needs (else InvalidArgument naming the field),
-//     and a pull's auth as the registry check takes it (RegistryCredential:
-//     the auth field decoded as the runtime decodes it).
+//     the parts a decision needs (else InvalidArgument naming the field).
 //   - The runtime's answer: which image a name, an image ID or an ID prefix
 //     stands for (Images, RuntimeImages over the runtime's ImageStatus),
 //     and the repository it is known under (Resolve: "" for a lookup by ID,
@@ -19,10 +17,12 @@
 //     image_ref stands for (ImageID); whether an error is the runtime's
 //     answer about a name or no answer at all (RuntimeAnswered: only the
 //     first may be taken for "not an image of the node").
-//   - What a client is told when the registry check refused a pull
-//     (RegistryRefusal): the image as the pod named it and the registry's
-//     short reason, never a credential or another tenant's image; the code
-//     says whether to retry.
+//   - Whether the runtime pulled the image the registry answered
+//     (PulledAsAnswered), else the pull's Aborted error.
+//
+// What a pod is told when the registry check refused its pull, and a
+// pull's auth as the check takes it, are the registry package's
+// (registry.Refusal, registry.CredentialOf): crireq imports no registry.
 //
 // It decides nothing and keeps no state.
 package crireq

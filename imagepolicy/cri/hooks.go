@@ -69,7 +69,7 @@ func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		// refuses or finds it, and CreateContainer decides.
 		return next(ctx, req)
 	}
-	cred := crireq.RegistryCredential(req.GetAuth())
+	cred := registry.CredentialOf(req.GetAuth())
 	if !h.gate.policy.Applies(pod.Namespace, repo) {
 		// No provider applies: the namespace's no-match policy decides on
 		// the name alone, with no question to the registry (a registry that
@@ -84,7 +84,7 @@ func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	res, err := h.registry.Check(ctx, registry.Request{Image: image, Credential: cred})
 	if err != nil {
 		h.log.WarnContext(ctx, "image policy: the image's registry did not resolve the pull; refused", "image", image, "pod", pod.String(), "err", err)
-		return nil, crireq.RegistryRefusal(image, err)
+		return nil, registry.Refusal(image, err)
 	}
 	v, err := h.gate.Pull(ctx, image, pod, cred, res.ManifestDigest, "")
 	if err != nil {
