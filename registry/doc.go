@@ -194,4 +194,13 @@
 // cri_image_proxy_registry_layer_proofs_total{registry,endpoint,result}
 // (proven layers; forged, over_bound, failed proofs),
 // cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
+//
+// The files by role: checker.go the Checker and Check; check.go one
+// check's state and its steps (run); resolve.go and manifest.go what a
+// reference names; blobs.go the round of blob requests (the config's
+// bytes, a HEAD of each layer); layers.go layer proofs by their bytes;
+// beside.go a check beside the runtime's pull; auth.go and challenge.go
+// authentication; transport.go the requests themselves; endpoints.go,
+// crio.go and registriesconf.go where a registry is reached; errors.go
+// the failures and the refusal a pod reads.
 package registry
