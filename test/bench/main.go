@@ -229,6 +229,9 @@ func (e *benchEnv) close() {
 	if e.ensure != nil && e.ensure.relay != nil {
 		e.ensure.relay.Close()
 	}
+	if e.far != nil {
+		e.far.relay.Close()
+	}
 }
 
 func (e *benchEnv) describe() string {

@@ -101,8 +101,6 @@ type stormEnv struct {
 // stormArm is one arm's measurements over its rounds.
 type stormArm struct {
 	name        string
-	podStart    []time.Duration
-	calls       map[string][]time.Duration // by CRI method, during the storms
 	proxyCPU    []time.Duration            // per storm (the proxied arm)
 	proxyPeak   float64                    // MiB, the largest of its storms
 	wall        []time.Duration            // first create to last Running
@@ -118,7 +116,25 @@ type stormArm struct {
 
 type stormRoundFigures struct {
 	podStart []time.Duration
-	calls    map[string][]time.Duration
+	calls    map[string][]time.Duration // by CRI method, during the storm
+}
+
+// podStarts are the arm's pod starts over every round.
+func (a *stormArm) podStarts() []time.Duration {
+	var out []time.Duration
+	for _, r := range a.perRound {
+		out = append(out, r.podStart...)
+	}
+	return out
+}
+
+// callsOf are the durations of the arm's calls of method over every round.
+func (a *stormArm) callsOf(method string) []time.Duration {
+	var out []time.Duration
+	for _, r := range a.perRound {
+		out = append(out, r.calls[method]...)
+	}
+	return out
 }
 
 func stormMeasurement(rounds int) measurement {
@@ -145,7 +161,7 @@ func (e *benchEnv) storm(rounds int) ([]*stormArm, error) {
 	defer stop()
 	arms := []*stormArm{{name: "kubelet on the proxy (ensure on, API, token plugin)"}, {name: "kubelet on containerd directly (its own plugin)"}}
 	for _, a := range arms {
-		a.calls, a.byClass = map[string][]time.Duration{}, map[string][]time.Duration{}
+		a.byClass = map[string][]time.Duration{}
 	}
 	for round := range rounds {
 		// Which arm goes first alternates too: a round's second storm
@@ -328,10 +344,14 @@ func (e *benchEnv) stormRound(ctx context.Context, s *stormEnv, a *stormArm, i, 
 	if err != nil {
 		return err
 	}
-	defer func() {
+	// The round's own context below is cancelled before this runs: the
+	// sandboxes are removed under the caller's.
+	defer func(ctx context.Context) {
 		node.Stop()
-		kuberig.RemoveKubeletPods(ctx, e.rig)
-	}()
+		if err := kuberig.RemoveKubeletPods(ctx, e.rig); err != nil {
+			e.logf("storm: removing the round's sandboxes: %v", err)
+		}
+	}(ctx)
 	tap := s.taps[i]
 	tap.forget()
 	label := fmt.Sprintf("r%d-%d", round, i)
@@ -388,7 +408,10 @@ func (e *benchEnv) stormRound(ctx context.Context, s *stormEnv, a *stormArm, i, 
 		}
 	}
 	end := time.Now()
-	a.proxyCPU = append(a.proxyCPU, processCPU(s.proxyPid)-proxyCPU)
+	if i == 0 {
+		a.proxyCPU = append(a.proxyCPU, processCPU(s.proxyPid)-proxyCPU)
+		a.proxyPeak = max(a.proxyPeak, memory(s.proxyPid)["VmHWM"])
+	}
 	a.runtimeCPU = append(a.runtimeCPU, processCPU(e.rig.RuntimeProc().Pid())-runtimeCPU)
 	a.nodeCPU = append(a.nodeCPU, machineCPU()-nodeCPU)
 	a.byProcess = append(a.byProcess, cpuByName(procs, readProcessTimes()))
@@ -401,17 +424,14 @@ func (e *benchEnv) stormRound(ctx context.Context, s *stormEnv, a *stormArm, i, 
 		}
 		a.proxysCalls = append(a.proxysCalls, asked)
 	}
-	a.proxyPeak = max(a.proxyPeak, memory(s.proxyPid)["VmHWM"])
 	a.wall = append(a.wall, end.Sub(begin))
 	fig := stormRoundFigures{calls: map[string][]time.Duration{}}
 	for key, at := range running {
 		fig.podStart = append(fig.podStart, at.Sub(created[key]))
-		a.podStart = append(a.podStart, at.Sub(created[key]))
 		a.byClass[classes[key]] = append(a.byClass[classes[key]], at.Sub(created[key]))
 	}
 	for _, m := range []string{"ImageStatus", "PullImage", "CreateContainer", "RunPodSandbox", "StartContainer"} {
 		fig.calls[m] = tap.between(m, begin, end)
-		a.calls[m] = append(a.calls[m], fig.calls[m]...)
 	}
 	a.perRound = append(a.perRound, fig)
 	e.logf("storm: %s, round %d: %d pods Running in %v", a.name, round+1, len(running), end.Sub(begin).Round(time.Millisecond))
@@ -506,7 +526,9 @@ func machineCPU() time.Duration {
 
 // processTimes is each process's CPU time (its own and its reaped
 // children's, in USER_HZ ticks) by PID, with its name.
-type processTimes map[int]struct {
+type processTimes map[int]processTime
+
+type processTime struct {
 	comm  string
 	ticks int64
 }
@@ -537,10 +559,7 @@ func readProcessTimes() processTimes {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			ticks += n
 		}
-		out[pid] = struct {
-			comm  string
-			ticks int64
-		}{string(b)[open+1 : close], ticks}
+		out[pid] = processTime{comm: string(b)[open+1 : close], ticks: ticks}
 	}
 	return out
 }
@@ -591,9 +610,11 @@ func renderStorm(arms []*stormArm) (string, []extraTarget) {
 	b.WriteString("| arm | pods | pod start p50 ms | p99 ms | storm wall s (median) | ImageStatus p50/p99 ms | PullImage p50/p99 ms | CreateContainer p50/p99 ms | RunPodSandbox p50/p99 ms | containerd CPU-s / storm | node CPU-s / storm |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range arms {
 		pair := func(m string) string {
-			return fmt.Sprintf("%s / %s (%d)", ms(quantile(a.calls[m], 0.5)), ms(quantile(a.calls[m], 0.99)), len(a.calls[m]))
+			calls := a.callsOf(m)
+			return fmt.Sprintf("%s / %s (%d)", ms(quantile(calls, 0.5)), ms(quantile(calls, 0.99)), len(calls))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %.1f | %s | %s | %s | %s | %.2f | %.2f |\n", a.name, len(a.podStart), ms(quantile(a.podStart, 0.5)), ms(quantile(a.podStart, 0.99)),
+		starts := a.podStarts()
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %.1f | %s | %s | %s | %s | %.2f | %.2f |\n", a.name, len(starts), ms(quantile(starts, 0.5)), ms(quantile(starts, 0.99)),
 			quantile(a.wall, 0.5).Seconds(), pair("ImageStatus"), pair("PullImage"), pair("CreateContainer"), pair("RunPodSandbox"), quantile(a.runtimeCPU, 0.5).Seconds(), quantile(a.nodeCPU, 0.5).Seconds())
 	}
 	fmt.Fprintf(&b, "\nThe proxy during the proxied storms: %.2f CPU-s per storm (median; each: %s), peak RSS %.1f MiB. Its own calls to the runtime per storm, beyond those of the kubelet's it forwards (-profile storm): %s.\n",

@@ -107,20 +107,21 @@ func (t *criTap) forward(_ any, ss grpc.ServerStream) error {
 			}
 		}
 	}()
-	for {
+	for first := true; ; first = false {
 		var out []byte
 		err := cs.RecvMsg(&out)
-		if err == io.EOF {
-			ss.SetTrailer(cs.Trailer())
-			t.record(method, start, nil)
-			return nil
-		}
 		if err != nil {
-			t.record(method, start, err)
+			t.record(method, start)
+			if err == io.EOF {
+				ss.SetTrailer(cs.Trailer())
+				return nil
+			}
 			return err
 		}
-		if h, herr := cs.Header(); herr == nil {
-			ss.SetHeader(h)
+		if first {
+			if h, herr := cs.Header(); herr == nil {
+				ss.SetHeader(h)
+			}
 		}
 		if err := ss.SendMsg(&out); err != nil {
 			return err
@@ -128,7 +129,9 @@ func (t *criTap) forward(_ any, ss grpc.ServerStream) error {
 	}
 }
 
-func (t *criTap) record(method string, start time.Time, _ error) {
+// record notes a call of method that began at start and ends now,
+// answered or failed alike.
+func (t *criTap) record(method string, start time.Time) {
 	took := time.Since(start)
 	t.mu.Lock()
 	t.calls = append(t.calls, tappedCall{method: method, start: start, took: took})
