@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -96,5 +97,35 @@ func TestMetricsCountChecksByRegistryAndResult(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// authFields is a CRI auth's fields, as a test gives them.
+type authFields struct{ user, pass, auth, identity, token string }
+
+func (a authFields) GetUsername() string      { return a.user }
+func (a authFields) GetPassword() string      { return a.pass }
+func (a authFields) GetAuth() string          { return a.auth }
+func (a authFields) GetIdentityToken() string { return a.identity }
+func (a authFields) GetRegistryToken() string { return a.token }
+
+func TestCredentialOfDecodesTheAuthFieldAsTheRuntimeDoes(t *testing.T) {
+	t.Parallel()
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		name string
+		in   authFields
+		want Credential
+	}{
+		{"a user and password as they are", authFields{user: "alice", pass: "pw", auth: b64("bob:other")}, Credential{Username: "alice", Password: "pw"}},
+		{"the auth field alone, decoded", authFields{auth: b64("alice:pw:with:colons")}, Credential{Username: "alice", Password: "pw:with:colons"}},
+		{"an auth field that is no base64: nothing", authFields{auth: "not base64!"}, Credential{}},
+		{"tokens as they are", authFields{identity: "id", token: "rt"}, Credential{IdentityToken: "id", RegistryToken: "rt"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CredentialOf(tc.in); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }
