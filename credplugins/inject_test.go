@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -198,5 +199,43 @@ func TestPullStopsWhenTheCallerGivesUp(t *testing.T) {
 	})
 	if status.Code(err) != codes.Canceled || tries != 1 {
 		t.Errorf("got %v after %d tries, want Canceled after 1", err, tries)
+	}
+}
+
+func TestTriesWithoutAnAnswerFailThePull(t *testing.T) {
+	t.Parallel()
+	in := newTestInjector(t, testclock.NewFakeClock(t0), prov("p", time.Hour,
+		&fakeRunner{keyType: "Registry", auth: map[string]credentialproviderapi.AuthConfig{"registry.test/a": {Username: "a"}, "registry.test": {Username: "b"}}}, "registry.test"))
+	for _, tc := range []struct {
+		name string
+		loop func(tries pullcred.Tries) int
+	}{
+		{"tries never run are no success", func(pullcred.Tries) int { return 0 }},
+		{"a try left unanswered is no success, and no further try follows", func(tries pullcred.Tries) int {
+			n := 0
+			for range tries.All(context.Background()) {
+				n++
+			}
+			return n
+		}},
+		{"a loop that breaks off after a failure gets no further try", func(tries pullcred.Tries) int {
+			n := 0
+			for range tries.All(context.Background()) {
+				n++
+				tries.Answer(status.Error(codes.Unknown, "401 Unauthorized"))
+				break
+			}
+			return n
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tries := in.Tries(pull("registry.test/a/app", nil))
+			if n := tc.loop(tries); n > 1 {
+				t.Errorf("%d tries were yielded, want at most 1", n)
+			}
+			if _, err := tries.Result(); err == nil {
+				t.Error("the pull succeeded")
+			}
+		})
 	}
 }

@@ -413,15 +413,13 @@ func (n *fakeNode) Check(ctx context.Context, r registry.Request) (registry.Resu
 	// The rest runs outside the lock: the hooks ask the node.
 	n.mu.Unlock()
 	defer n.mu.Lock()
-	if r.Pulled != nil {
+	if r.Beside != nil {
 		// Beside the runtime's pull: the registry's word first, then what
 		// the runtime holds must be what it names.
-		if r.Resolved != nil {
-			if err := r.Resolved(ctx, res.ManifestDigest); err != nil {
-				return res, err
-			}
+		if err := r.Beside.Resolved(ctx, res.ManifestDigest); err != nil {
+			return res, err
 		}
-		p, err := r.Pulled(ctx)
+		p, err := r.Beside.Pulled(ctx)
 		if err != nil {
 			return res, err
 		}

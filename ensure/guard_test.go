@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"iter"
 	"log/slog"
 	"os"
 	"strings"
@@ -196,30 +197,58 @@ func (s *setup) runtimePull(ctx context.Context, req *runtimeapi.PullImageReques
 	return s.node.PullImage(ctx, req)
 }
 
-// credentialsFunc is credential injection as a test writes it.
-type credentialsFunc func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error)
+// credentialsFunc is credential injection as a test writes it: the tries
+// of a request, in order, each with the credential a success records.
+type credentialsFunc func(req *runtimeapi.PullImageRequest) []listedTry
 
-func (f credentialsFunc) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
-	return f(ctx, req, try)
+func (f credentialsFunc) Tries(req *runtimeapi.PullImageRequest) pullcred.Tries {
+	return &listedTries{tries: f(req), err: errors.New("no try was answered")}
 }
 
-// pluginPull is credential injection that pulls with a plugin's credential
-// (userPass) and says it was used's: after the request's own, when it
-// has one and the registry takes it.
-func pluginPull(userPass string, used pullcred.Used) credentialsFunc {
-	return func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
-		if req.GetAuth() != nil {
-			if resp, err := try(ctx, req); err == nil {
-				return resp, pullcred.Used{}, nil
+type listedTry struct {
+	req  *runtimeapi.PullImageRequest
+	used pullcred.Used
+}
+
+// listedTries yields its tries until one is answered with success.
+type listedTries struct {
+	tries  []listedTry
+	answer error
+	used   pullcred.Used
+	err    error
+}
+
+func (l *listedTries) All(ctx context.Context) iter.Seq[*runtimeapi.PullImageRequest] {
+	return func(yield func(*runtimeapi.PullImageRequest) bool) {
+		for _, t := range l.tries {
+			l.answer = errors.New("the try was not answered")
+			more := yield(t.req)
+			l.used, l.err = pullcred.Used{}, l.answer
+			if l.answer == nil {
+				l.used = t.used
+				return
 			}
+			if !more || ctx.Err() != nil {
+				return
+			}
+		}
+	}
+}
+
+func (l *listedTries) Answer(err error)               { l.answer = err }
+func (l *listedTries) Result() (pullcred.Used, error) { return l.used, l.err }
+
+// pluginPull is credential injection that pulls with a plugin's credential
+// (userPass), as used, after the request's own when it has one.
+func pluginPull(userPass string, used pullcred.Used) credentialsFunc {
+	return func(req *runtimeapi.PullImageRequest) []listedTry {
+		var tries []listedTry
+		if req.GetAuth() != nil {
+			tries = append(tries, listedTry{req: req})
 		}
 		r := proto.CloneOf(req)
 		r.Auth = cred(userPass)
-		resp, err := try(ctx, r)
-		if err != nil {
-			return nil, pullcred.Used{}, err
-		}
-		return resp, used, nil
+		return append(tries, listedTry{req: r, used: used})
 	}
 }
 

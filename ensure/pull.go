@@ -4,62 +4,54 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
-	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
-// PullRequest is a pull as the guard decides it: the image as named, the
-// pod it is for (empty for crictl and bake), and the request's own
-// credential.
-type PullRequest struct {
-	Image string
-	Pod   crireq.Pod
-	Auth  Auth
-}
+// Forward is the runtime's pull of one try: req carries the try's
+// credential in Auth. It returns the image reference the runtime answered.
+type Forward func(ctx context.Context, req *runtimeapi.PullImageRequest) (imageRef string, err error)
 
-// Forward is the runtime's pull of one try, with that try's credential;
-// it returns the image reference the runtime answered.
-type Forward func(ctx context.Context) (imageRef string, err error)
-
-// Tries runs the tries of a pull: one per credential the pull may go with,
-// in the order they are to be tried (the request's own, then credential
-// injection's: the kubelet's keyring order), until one succeeds. each is
-// one try: the credential it goes with, and the runtime's pull of it. It
-// returns the image reference of the try that succeeded, and which
-// credential that was.
-type Tries func(ctx context.Context, each func(ctx context.Context, cred registry.Credential, forward Forward) (string, error)) (string, pullcred.Used, error)
-
-// Credentials runs a pull's tries with the credentials the node has for
-// the image (credential injection's plugins), after the request's own;
-// *credplugins.Injector is the real one. Without it, a pull has the one
-// try of the request's own credential.
+// Credentials is credential injection: the tries a pull goes with, the
+// request's own credential first, then the node's for the image (the
+// plugins'); *credplugins.Injector is the real one. Without it, a pull has
+// the one try of the request's own credential (pullcred.Own).
 type Credentials interface {
-	Pull(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error)
+	Tries(req *runtimeapi.PullImageRequest) pullcred.Tries
 }
 
-// Pull answers a pull. Right after a hide, a pull whose credential (or
-// whose pod, by its secrets or service account) is already verified for
-// the image is answered from the node: its image ID, no registry traffic.
-// Any other pull runs its tries, each checked at the image's registry
-// (Verify) beside the runtime's pull, under a durable intent written
-// before the runtime is first asked (noteIntent), and, once the
-// registry accepted a try's credential, that credential is recorded before
-// the answer. Every allowed pull grants the pod the image.
-func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string, error) {
-	repo, ok := g.repository(req.Image)
+// Pull answers a pull of req. Right after a hide, a pull whose credential
+// (or whose pod, by its secrets or service account) is already verified
+// for the image is answered from the node: its image ID, no registry
+// traffic. Any other pull loops over its tries (tries), each checked at
+// the image's registry beside the runtime's pull (try), under a durable
+// intent written before the runtime is first asked (noteIntent), until
+// one succeeds; once the registry accepted a try's credential, that
+// credential is recorded before the answer (settle). Every allowed pull
+// grants the pod the image.
+func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forward Forward) (string, error) {
+	image, pod := req.GetImage().GetImage(), crireq.PodOf(req.GetSandboxConfig())
+	tries := g.tries(req)
+	repo, ok := g.repository(image)
 	if !ok {
 		// No name to decide on: the runtime says what it is.
-		ref, _, err := tries(ctx, func(ctx context.Context, _ registry.Credential, forward Forward) (string, error) { return forward(ctx) })
-		return ref, err
+		var pulled string
+		for try := range tries.All(ctx) {
+			ref, err := forward(ctx, try)
+			tries.Answer(err)
+			pulled = ref
+		}
+		_, err := tries.Result()
+		return pulled, err
 	}
-	cred := Credential{Hash: g.store.HashAuth(req.Auth)}
-	before, ok := g.answerFromNode(ctx, req, repo, cred.Hash)
+	cred := Credential{Hash: g.store.HashAuth(authOf(req.GetAuth()))}
+	before, ok := g.answerFromNode(ctx, image, pod, repo, cred.Hash)
 	if ok {
 		return before, nil
 	}
@@ -72,7 +64,7 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		// fails can be told from one that left a new image. Unknown ("") if
 		// the runtime does not say: any image found after a failure then
 		// counts as arrived.
-		if img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: req.Image}); err == nil && present {
+		if img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: image}); err == nil && present {
 			before = img.ID
 		}
 	}
@@ -83,37 +75,23 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		// runtime is asked, as the intent's write would refuse it. (A
 		// database that fails a write is tried again by each pull.)
 		g.metrics.recordErr.Inc()
-		return "", errCannotRecord(req.Image)
+		return "", errCannotRecord(image)
 	}
 	g.pending.inc(repo)
 	defer g.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
 	// is written (or it failed).
-	run := &pullRun{image: req.Image, repo: repo, pod: req.Pod, before: before, began: began, flight: g.flights.start()}
+	run := &pullRun{image: image, repo: repo, pod: pod, before: before, began: began, flight: g.flights.start()}
 	defer g.flights.end(run.flight)
-	pulled, used, err := tries(ctx, func(ctx context.Context, cred registry.Credential, forward Forward) (string, error) {
-		if g.registry == nil {
-			// Tests of the rest only: the daemon always has a registry check.
-			if err := g.noteIntent(run); err != nil {
-				return "", err
-			}
-			ref, err := forward(ctx)
-			if err == nil {
-				crireq.LearnPullRef(g.runtime, ref)
-			}
-			if cutShort(ctx, err) {
-				run.stopped = true
-			}
-			return ref, err
-		}
-		ref, v, err := g.Verify(ctx, run, cred, forward)
-		if err == nil {
-			run.verified = &v
-		}
-		return ref, err
-	})
+	var pulled string
+	for try := range tries.All(ctx) {
+		ref, err := g.try(ctx, run, try, forward)
+		tries.Answer(err)
+		pulled = ref
+	}
+	used, err := tries.Result()
 	if err == nil && run.verified != nil {
-		err = g.checkVerified(ctx, req.Image, pulled, run.verified)
+		err = g.checkVerified(ctx, image, pulled, run.verified)
 	}
 	if err != nil {
 		end := endOf(ctx, run, err)
@@ -122,36 +100,74 @@ func (g *Guard) Pull(ctx context.Context, req PullRequest, tries Tries) (string,
 		return "", err
 	}
 	g.metrics.pulls.WithLabelValues("success").Inc()
-	g.hidden.take(req.Image)
-	// The record holds the credential that succeeded: a plugin's, when the
-	// tries say so (the request had none, or the registry refused the
-	// request's own), else the request's.
-	if used.Provider != "" {
-		if sa := used.ServiceAccount; sa != nil {
-			// A token plugin pulled it with the pod's service account.
-			cred = Credential{ServiceAccount: &ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: sa.UID}}
-		} else {
-			// Node-wide plugin credentials: every pod of the node could pull
-			// it the same way.
-			cred = Credential{Node: true}
-		}
-	} else if cred.Hash == "" {
-		cred.Node = true // anonymous
-	}
-	if cred.Hash != "" {
-		cred.Secret = g.secretOf(ctx, req.Pod, repo, cred.Hash)
-	}
+	g.hidden.take(image)
+	cred = g.recordedCredential(ctx, pod, repo, cred.Hash, used)
 	ref, recorded := g.settle(ctx, run, endVerified, pulled, cred)
 	if run.verified != nil {
 		g.verifications.note(ref, repo, *run.verified, g.clock.Now())
 	}
-	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
+	g.grants.grant(pod.UID, ref, g.clock.Now())
 	if recorded {
-		g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", req.Image, ref, req.Pod.String(), describe(cred))
+		g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", image, ref, pod.String(), describe(cred))
 	} else {
-		g.logDecision(ctx, "PullImage: pulled from the registry; the credential could not be recorded, every other pod verifies", req.Image, ref, req.Pod.String(), describe(cred))
+		g.logDecision(ctx, "PullImage: pulled from the registry; the credential could not be recorded, every other pod verifies", image, ref, pod.String(), describe(cred))
 	}
 	return pulled, nil
+}
+
+// tries is the tries a pull of req goes with: credential injection's, or
+// the request's own alone.
+func (g *Guard) tries(req *runtimeapi.PullImageRequest) pullcred.Tries {
+	if g.credentials == nil {
+		return pullcred.Own(req)
+	}
+	return g.credentials.Tries(req)
+}
+
+// try is one try of a pull: the registry's word on its credential (Verify)
+// beside the runtime's pull of it (forward). It returns the image
+// reference to answer with; a try the registry verified notes that word
+// in run.
+func (g *Guard) try(ctx context.Context, run *pullRun, req *runtimeapi.PullImageRequest, forward Forward) (string, error) {
+	if g.registry == nil {
+		// Tests of the rest only: the daemon always has a registry check.
+		if err := g.noteIntent(run); err != nil {
+			return "", err
+		}
+		ref, err := forward(ctx, req)
+		if err == nil {
+			crireq.LearnPullRef(g.runtime, ref)
+		}
+		if cutShort(ctx, err) {
+			run.stopped = true
+		}
+		return ref, err
+	}
+	ref, v, err := g.Verify(ctx, run, req, forward)
+	if err == nil {
+		run.verified = &v
+	}
+	return ref, err
+}
+
+// recordedCredential is the credential a pull's record holds: the one that
+// succeeded. A plugin's, when the tries say so (the request had none, or
+// the registry refused the request's own), else the request's (of hash
+// hash; "" for none).
+func (g *Guard) recordedCredential(ctx context.Context, pod crireq.Pod, repo, hash string, used pullcred.Used) Credential {
+	switch {
+	case used.Provider != "" && used.ServiceAccount != nil:
+		// A token plugin pulled it with the pod's service account.
+		sa := used.ServiceAccount
+		return Credential{ServiceAccount: &ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: sa.UID}}
+	case used.Provider != "":
+		// Node-wide plugin credentials: every pod of the node could pull
+		// it the same way.
+		return Credential{Node: true}
+	case hash == "":
+		return Credential{Node: true} // anonymous
+	}
+	return Credential{Hash: hash, Secret: g.secretOf(ctx, pod, repo, hash)}
 }
 
 // noteIntent durably notes the pull's intent, once, before the runtime is
@@ -183,8 +199,8 @@ func errCannotRecord(image string) error {
 // credential, or the pod, is already verified for the hidden image: the
 // image's ID, granted to the pod. When it does not answer, it returns the
 // hidden image's ID ("" with no hide): what the name stood for before.
-func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash string) (string, bool) {
-	ref, hidden := g.hidden.peek(req.Image, g.clock.Now())
+func (g *Guard) answerFromNode(ctx context.Context, image string, pod crireq.Pod, repo, hash string) (string, bool) {
+	ref, hidden := g.hidden.peek(image, g.clock.Now())
 	if !hidden {
 		return "", false
 	}
@@ -193,18 +209,18 @@ func (g *Guard) answerFromNode(ctx context.Context, req PullRequest, repo, hash 
 		// As the kubelet's MustAttemptImagePull: the pod may be entitled
 		// by another of its pull secrets (rotated included), or by its
 		// service account (a token plugin behind the proxy).
-		if entitled, because := g.podEntitled(ctx, req.Pod, ref, repo); entitled {
+		if entitled, because := g.podEntitled(ctx, pod, ref, repo); entitled {
 			ok, why = true, because
 		}
 	}
 	if !ok {
-		g.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", req.Image, ref, req.Pod.String(), why)
+		g.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", image, ref, pod.String(), why)
 		return ref, false
 	}
-	g.hidden.take(req.Image)
-	g.grants.grant(req.Pod.UID, ref, g.clock.Now())
+	g.hidden.take(image)
+	g.grants.grant(pod.UID, ref, g.clock.Now())
 	g.metrics.reuses.Inc()
-	g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", req.Image, ref, req.Pod.String(), why)
+	g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", image, ref, pod.String(), why)
 	return ref, true
 }
 

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -192,16 +193,12 @@ func TestServiceAccountRecords(t *testing.T) {
 		policyPod("b", "q1", "uid-q1", "builder", private, corev1.PullIfNotPresent))
 	// Credential injection pulls with a token plugin's credential for the
 	// pod's account, and says so.
-	s.newGuard(credentialsFunc(func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
+	s.newGuard(credentialsFunc(func(req *runtimeapi.PullImageRequest) []listedTry {
 		m := req.GetSandboxConfig().GetMetadata()
 		r := proto.CloneOf(req)
 		r.Auth = cred("alice:a-pw")
-		resp, err := try(ctx, r)
-		if err != nil {
-			return nil, pullcred.Used{}, err
-		}
-		return resp, pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{
-			Namespace: m.Namespace, Name: "builder", UID: map[string]string{"a": "sa-1", "b": "sa-2"}[m.Namespace]}}, nil
+		return []listedTry{{req: r, used: pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{
+			Namespace: m.Namespace, Name: "builder", UID: map[string]string{"a": "sa-1", "b": "sa-2"}[m.Namespace]}}}}
 	}))
 	tokenPull := s.runtimePull
 	pull := func(ns, name, uid string) (registryRequests int, err error) {
@@ -373,14 +370,10 @@ func TestWaitingPodsOfOneAccountAreDecidedOnce(t *testing.T) {
 	ctx := context.Background()
 	s := newAPISetup(t)
 	s.create(t, account("a", "builder", "sa-1"), policyPod("a", "p0", "uid-p0", "builder", private, corev1.PullIfNotPresent))
-	s.newGuard(credentialsFunc(func(ctx context.Context, req *runtimeapi.PullImageRequest, try func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error)) (*runtimeapi.PullImageResponse, pullcred.Used, error) {
+	s.newGuard(credentialsFunc(func(req *runtimeapi.PullImageRequest) []listedTry {
 		r := proto.CloneOf(req)
 		r.Auth = cred("alice:a-pw")
-		resp, err := try(ctx, r)
-		if err != nil {
-			return nil, pullcred.Used{}, err
-		}
-		return resp, pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{Namespace: "a", Name: "builder", UID: "sa-1"}}, nil
+		return []listedTry{{req: r, used: pullcred.Used{Provider: "tp", ServiceAccount: &pullcred.ServiceAccount{Namespace: "a", Name: "builder", UID: "sa-1"}}}}
 	}))
 	if _, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, SandboxConfig: sandbox("a", "p0", "uid-p0")}, s.runtimePull); err != nil {
 		t.Fatal(err)

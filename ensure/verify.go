@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
@@ -64,36 +65,30 @@ type RegistryCheck interface {
 //     so the pull is pinned to it; the verdict is bound to the image ID
 //     the pull produced.
 //
-// forward is the runtime's pull; it returns the image reference it
-// answered. Verify returns the image ID to answer with. A try whose
+// try is the try's request, its credential in Auth; forward is the
+// runtime's pull of it. Verify returns the image ID to answer with. A try whose
 // runtime pull it stopped before the runtime answered marks run stopped:
 // the runtime may still create the image.
-func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credential, forward Forward) (string, RegistryVerification, error) {
+func (g *Guard) Verify(ctx context.Context, run *pullRun, try *runtimeapi.PullImageRequest, forward Forward) (string, RegistryVerification, error) {
 	image, pod, repo, present := run.image, run.pod, run.repo, run.before
-	var verdict imagepolicy.Verdict
-	decide := func(ctx context.Context, manifest digest.Digest, imageID string) error {
-		v, err := g.imagePolicy.Pull(ctx, image, pod, cred, manifest, imageID)
-		verdict = v
-		if err != nil {
-			return policyRefusal{err}
-		}
-		return nil
-	}
+	cred := registry.CredentialOf(try.GetAuth())
+	policy := &policyDecision{policy: g.imagePolicy, image: image, pod: pod, cred: cred}
 	req := registry.Request{Image: image, Credential: cred, Blobs: true,
 		ProveLayers: g.layerChooser(image, repo, run.flight, cred.Kind() == registry.KindAnonymous),
 	}
 	// The runtime is asked only once the image policy allowed the digest
-	// the registry names, when a policy applies to the image (Resolved).
+	// the registry names, when a policy applies to the image (onDigest).
+	var onDigest *policyDecision
 	switch {
 	case g.imagePolicy.NameDecides(pod, image):
 		// No provider applies: the namespace's no-match policy decides on
 		// the name, before the runtime is asked (a Deny namespace pulls
 		// nothing it refuses).
-		if err := decide(ctx, "", ""); err != nil {
+		if err := policy.decide(ctx, "", ""); err != nil {
 			return "", RegistryVerification{}, err
 		}
 	case g.hasImagePolicy():
-		req.Resolved = func(ctx context.Context, manifest digest.Digest) error { return decide(ctx, manifest, "") }
+		onDigest = policy
 	}
 	if present != "" {
 		// Asked again, not taken from the pull's first look: the image may
@@ -103,21 +98,11 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credenti
 			return "", RegistryVerification{}, err
 		}
 		req := req
-		req.Pulled = func(context.Context) (registry.PulledImage, error) { return held, nil }
-		decided := req.Resolved == nil
-		req.Resolved = func(ctx context.Context, manifest digest.Digest) error {
-			if !slices.Contains(held.ManifestDigests, manifest) {
-				return fmt.Errorf("the registry names manifest %s, not the image on the node: %w", manifest, registry.ErrMoved)
-			}
-			if decided {
-				return nil
-			}
-			return decide(ctx, manifest, present)
-		}
+		req.Beside = heldImage{held: held, id: present, onDigest: onDigest}
 		res, err := g.registry.Check(ctx, req)
 		switch {
 		case err == nil:
-			g.imagePolicy.Bind(verdict, present)
+			policy.bind(present)
 			return present, g.registryWord(ctx, image, res, present, true), nil
 		case errors.Is(err, registry.ErrMoved):
 			// The tag moved since the image came to the node: the runtime
@@ -129,11 +114,11 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, cred registry.Credenti
 			return "", RegistryVerification{}, g.checkFailed(ctx, image, err)
 		}
 	}
-	pulled, res, err := g.pullBeside(ctx, run, req, forward)
+	pulled, res, err := g.pullBeside(ctx, run, req, onDigest, try, forward)
 	if err != nil {
 		return "", RegistryVerification{}, err
 	}
-	g.imagePolicy.Bind(verdict, res.ConfigDigest.String())
+	policy.bind(res.ConfigDigest.String())
 	return pulled, g.registryWord(ctx, image, res, res.ConfigDigest.String(), false), nil
 }
 
@@ -143,9 +128,39 @@ func (g *Guard) hasImagePolicy() bool {
 	return !none
 }
 
+// policyDecision is image policy's decision on one try of a pull: on the
+// name alone, or on the manifest digest the registry names. Its verdict
+// is bound to the image the try produced.
+type policyDecision struct {
+	policy  ImagePolicy
+	image   string
+	pod     crireq.Pod
+	cred    registry.Credential
+	verdict imagepolicy.Verdict
+}
+
+// decide decides the try on manifest ("" for the name alone); imageID is
+// the image on the node the name stands for, if that manifest is its. A
+// refusal ends the registry check as the policy words it (policyRefusal).
+func (p *policyDecision) decide(ctx context.Context, manifest digest.Digest, imageID string) error {
+	v, err := p.policy.Pull(ctx, p.image, p.pod, p.cred, manifest, imageID)
+	p.verdict = v
+	if err != nil {
+		return policyRefusal{err}
+	}
+	return nil
+}
+
+// bind carries the verdict over to the image the try produced.
+func (p *policyDecision) bind(imageID string) { p.policy.Bind(p.verdict, imageID) }
+
 // errRuntimePull stands, inside the registry check, for the runtime's pull
 // that failed: Verify answers with the runtime's own error.
 var errRuntimePull = errors.New("the runtime's pull failed")
+
+// errNoRuntimeStore is a manifest the check cannot read from the
+// runtime's store: it asks the registry for the config after the pull.
+var errNoRuntimeStore = errors.New("the runtime's store is not read")
 
 // policyRefusal is the image policy's refusal, ending a registry check: it
 // reaches the pod as the policy words it.
@@ -153,81 +168,133 @@ type policyRefusal struct{ error }
 
 func (p policyRefusal) Unwrap() error { return p.error }
 
-// pullBeside runs the runtime's pull (forward) and the registry check of
-// req beside it, and returns the runtime's image reference and the check's
-// result once both are done. With req.Resolved (the image policy's
+// heldImage is the image already on the node that the pull's name stands
+// for, as the registry check meets it (registry.RuntimePull): pulled
+// before (held), so the registry's digest must be one of its manifests
+// (else the tag moved: ErrMoved), and image policy decides on that digest
+// (onDigest; nil when decided already).
+type heldImage struct {
+	held     registry.PulledImage
+	id       string
+	onDigest *policyDecision
+}
+
+func (h heldImage) Resolved(ctx context.Context, manifest digest.Digest) error {
+	if !slices.Contains(h.held.ManifestDigests, manifest) {
+		return fmt.Errorf("the registry names manifest %s, not the image on the node: %w", manifest, registry.ErrMoved)
+	}
+	if h.onDigest == nil {
+		return nil
+	}
+	return h.onDigest.decide(ctx, manifest, h.id)
+}
+
+func (heldImage) Manifest(context.Context, digest.Digest) ([]byte, error) {
+	return nil, errNoRuntimeStore // nothing is being pulled: the config is asked at once
+}
+
+func (h heldImage) Pulled(context.Context) (registry.PulledImage, error) { return h.held, nil }
+
+// runtimePull is the runtime's pull of one try, run beside the registry
+// check (registry.RuntimePull): it starts once image policy allowed the
+// manifest the registry names (onDigest; at once without it), and the
+// check waits for it (Pulled).
+type runtimePull struct {
+	g        *Guard
+	run      *pullRun
+	onDigest *policyDecision
+	// allowed is closed once the runtime may be asked; done carries its
+	// answer. out is that answer once the check waited for it (waited).
+	allowed chan struct{}
+	done    chan pullOutcome
+	out     pullOutcome
+	waited  bool
+}
+
+// pullOutcome is the runtime's answer to a try; started is false for a try
+// never asked.
+type pullOutcome struct {
+	ref     string
+	err     error
+	started bool
+}
+
+func (p *runtimePull) Resolved(ctx context.Context, manifest digest.Digest) error {
+	if p.onDigest == nil {
+		return nil // allowed from the start
+	}
+	if err := p.onDigest.decide(ctx, manifest, ""); err != nil {
+		return err
+	}
+	close(p.allowed)
+	return nil
+}
+
+func (p *runtimePull) Manifest(ctx context.Context, d digest.Digest) ([]byte, error) {
+	if p.g.manifests == nil {
+		return nil, errNoRuntimeStore
+	}
+	return p.g.manifests.Manifest(ctx, d)
+}
+
+func (p *runtimePull) Pulled(ctx context.Context) (registry.PulledImage, error) {
+	select {
+	case p.out = <-p.done:
+		p.waited = true
+	case <-ctx.Done():
+		return registry.PulledImage{}, ctx.Err()
+	}
+	if p.out.err != nil {
+		return registry.PulledImage{}, errRuntimePull
+	}
+	return p.g.pulledImage(context.WithoutCancel(ctx), p.run.image, p.run.repo, p.out.ref)
+}
+
+// pullBeside runs the runtime's pull of try (forward) and the registry
+// check of req beside it, and returns the runtime's image reference and
+// the check's result once both are done. With onDigest (the image policy's
 // verdict on the manifest the registry names), the runtime's pull starts
 // only once it allowed it: a refusal before then leaves the node as it
 // was. A check that ends first with a refusal stops the pull (and waits
 // for it to end), marking run stopped when the runtime had not answered;
 // a pull that fails is answered with the runtime's own error.
-func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, forward Forward) (string, registry.Result, error) {
+func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, onDigest *policyDecision, try *runtimeapi.PullImageRequest, forward Forward) (string, registry.Result, error) {
 	image := run.image
 	if err := g.noteIntent(run); err != nil {
 		return "", registry.Result{}, err
 	}
-	type outcome struct {
-		ref     string
-		err     error
-		started bool
-	}
-	if g.manifests != nil {
-		req.RuntimeManifest = g.manifests.Manifest
-	}
 	pullCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	allowed := make(chan struct{})
-	if req.Resolved == nil {
-		close(allowed)
-	} else {
-		resolved := req.Resolved
-		req.Resolved = func(ctx context.Context, manifest digest.Digest) error {
-			if err := resolved(ctx, manifest); err != nil {
-				return err
-			}
-			close(allowed)
-			return nil
-		}
+	rp := &runtimePull{g: g, run: run, onDigest: onDigest, allowed: make(chan struct{}), done: make(chan pullOutcome, 1)}
+	if onDigest == nil {
+		close(rp.allowed)
 	}
-	done := make(chan outcome, 1)
 	go func() {
 		select {
-		case <-allowed:
+		case <-rp.allowed:
 		case <-pullCtx.Done():
 		}
 		if err := pullCtx.Err(); err != nil {
-			done <- outcome{err: err} // never asked: nothing to settle of this try
+			rp.done <- pullOutcome{err: err} // never asked: nothing to settle of this try
 			return
 		}
-		ref, err := forward(pullCtx)
+		ref, err := forward(pullCtx, try)
 		if err == nil {
 			crireq.LearnPullRef(g.runtime, ref)
 		}
-		done <- outcome{ref, err, true}
+		rp.done <- pullOutcome{ref, err, true}
 	}()
-	var out outcome
-	waited := false
-	req.Pulled = func(ctx context.Context) (registry.PulledImage, error) {
-		select {
-		case out = <-done:
-			waited = true
-		case <-ctx.Done():
-			return registry.PulledImage{}, ctx.Err()
-		}
-		if out.err != nil {
-			return registry.PulledImage{}, errRuntimePull
-		}
-		return g.pulledImage(context.WithoutCancel(ctx), image, run.repo, out.ref)
-	}
+	req.Beside = rp
 	res, err := g.registry.Check(ctx, req)
-	if !waited {
+	out := rp.out
+	if !rp.waited {
 		// The check ended first (a refusal, the registry unreachable, the
 		// image policy): the runtime's pull is not wanted; it ends.
 		select {
-		case out = <-done: // it had answered already: its word is known
+		case out = <-rp.done: // it had answered already: its word is known
 		default:
 			stop()
-			out = <-done
+			out = <-rp.done
 		}
 	}
 	if out.started && cutShort(pullCtx, out.err) {
@@ -237,13 +304,13 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 		run.stopped = true
 	}
 	switch {
-	case waited && out.err != nil:
+	case rp.waited && out.err != nil:
 		return "", res, out.err // the runtime's own answer: injection may try the next credential
 	case errors.As(err, new(policyRefusal)):
 		return "", res, err // the image policy's, as it words it for the pod
 	case err != nil:
 		return "", res, g.checkFailed(ctx, image, err)
-	case !waited:
+	case !rp.waited:
 		return "", res, fmt.Errorf("pulling %s: the registry check ended without the runtime's pull: %w", image, errdefs.ErrInternal)
 	}
 	id := g.imageID(context.WithoutCancel(ctx), image, out.ref)

@@ -17,7 +17,7 @@ import (
 var errNoDigest = errors.New("the answer names no digest")
 
 // runBeside is the check of a pull the runtime makes at the same time
-// (Request.Pulled): the registry's word on the reference by HEAD (a GET
+// (Request.Beside): the registry's word on the reference by HEAD (a GET
 // only when the HEAD names no digest), then, once the runtime pulled, the
 // config by its bytes, where the runtime's manifest is the one the
 // registry named. Otherwise (a tag that moved, the runtime's manifest
@@ -38,17 +38,15 @@ func (k *check) runBeside(ctx context.Context, spec ocispec.Platform, r Request)
 	}
 	k.c.labels.earn(k.name.registry, k.ep)
 	k.res.ManifestDigest = d
-	if r.Resolved != nil {
-		if err := r.Resolved(ctx, d); err != nil {
-			return err
-		}
+	if err := r.Beside.Resolved(ctx, d); err != nil {
+		return err
 	}
 	early := k.configEarly(ctx, spec, r, d)
 	// A pull that failed, or holds another manifest, asks no config: the
 	// early question (still waiting for a manifest that is not coming)
 	// ends with the check.
 	defer early.stop()
-	p, err := r.Pulled(ctx)
+	p, err := r.Beside.Pulled(ctx)
 	if err != nil {
 		return err
 	}
@@ -146,18 +144,14 @@ type earlyConfig struct {
 
 // configEarly asks the registry for the config of the manifest d (the
 // registry's word for the reference) as soon as the runtime's store holds
-// that manifest (r.RuntimeManifest), beside the rest of the runtime's
-// pull. Without it, it asks nothing.
+// that manifest (RuntimePull.Manifest), beside the rest of the runtime's
+// pull. When the store cannot be read, it asks nothing.
 func (k *check) configEarly(ctx context.Context, spec ocispec.Platform, r Request, d digest.Digest) *earlyConfig {
 	e := &earlyConfig{done: make(chan struct{})}
-	if r.RuntimeManifest == nil {
-		close(e.done)
-		return e
-	}
 	ctx, e.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(e.done)
-		config, err := k.configOf(ctx, spec, r.RuntimeManifest, d)
+		config, err := k.configOf(ctx, spec, r.Beside, d)
 		if err != nil {
 			return // asked once the pull ended, as without it
 		}
@@ -195,9 +189,9 @@ func (e *earlyConfig) wait(imageID digest.Digest) ([]byte, error) {
 // configOf is the config digest of the manifest d for the platform, read
 // from the runtime's store (an index leads to the platform's manifest),
 // each verified against its digest.
-func (k *check) configOf(ctx context.Context, spec ocispec.Platform, read func(context.Context, digest.Digest) ([]byte, error), d digest.Digest) (digest.Digest, error) {
+func (k *check) configOf(ctx context.Context, spec ocispec.Platform, store RuntimePull, d digest.Digest) (digest.Digest, error) {
 	for depth := 0; depth <= maxIndexDepth; depth++ {
-		body, err := read(ctx, d)
+		body, err := store.Manifest(ctx, d)
 		if err != nil {
 			return "", err
 		}

@@ -35,26 +35,26 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		{
 			name: "the runtime's manifest is the registry's: a HEAD, the config's bytes, no manifest GET",
 			req: func() Request {
-				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.imgID, e.imgMan)}
+				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Beside: pullFuncs{pulled: pulled(e.imgID, e.imgMan)}}
 			},
 		},
 		{
 			name: "an index: the runtime records the index's digest, the platform's config is its image",
 			req: func() Request {
-				return Request{Image: e.image("team-a/multi:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.imgID, e.indexDig)}
+				return Request{Image: e.image("team-a/multi:v1"), Credential: alice(), Blobs: true, Beside: pullFuncs{pulled: pulled(e.imgID, e.indexDig)}}
 			},
 		},
 		{
 			name: "the runtime holds another manifest than the registry names (a tag moved, a mirror's): moved",
 			req: func() Request {
-				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.otherID, digest.FromString("elsewhere"))}
+				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Beside: pullFuncs{pulled: pulled(e.otherID, digest.FromString("elsewhere"))}}
 			},
 			want: ErrMoved,
 		},
 		{
 			name: "a HEAD that names no digest: the registry's word is had by a GET",
 			req: func() Request {
-				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Pulled: pulled(e.imgID, e.imgMan)}
+				return Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true, Beside: pullFuncs{pulled: pulled(e.imgID, e.imgMan)}}
 			},
 			hook: func(w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/") && r.Header.Get("Authorization") != "" {
@@ -85,7 +85,7 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 	t.Run("a refusal by HEAD ends the check before it waits for the runtime", func(t *testing.T) {
 		waited := false
 		_, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: bob(), Blobs: true,
-			Pulled: func(context.Context) (PulledImage, error) { waited = true; return PulledImage{}, nil }})
+			Beside: pullFuncs{pulled: func(context.Context) (PulledImage, error) { waited = true; return PulledImage{}, nil }}})
 		if !errors.Is(err, ErrDenied) || waited {
 			t.Fatalf("got %v (waited for the runtime: %v), want ErrDenied at once", err, waited)
 		}
@@ -94,11 +94,11 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		var told digest.Digest
 		refused := errors.New("refused by the image policy")
 		_, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
-			Resolved: func(_ context.Context, d digest.Digest) error { told = d; return refused },
-			Pulled: func(context.Context) (PulledImage, error) {
-				t.Error("waited for the runtime")
-				return PulledImage{}, nil
-			}})
+			Beside: pullFuncs{resolved: func(_ context.Context, d digest.Digest) error { told = d; return refused },
+				pulled: func(context.Context) (PulledImage, error) {
+					t.Error("waited for the runtime")
+					return PulledImage{}, nil
+				}}})
 		if !errors.Is(err, refused) || told != e.imgMan {
 			t.Fatalf("got %v, told %s; want the hook's refusal, told %s", err, told, e.imgMan)
 		}
@@ -132,22 +132,22 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 				defer e.reg.setHook(nil)
 				before := false
 				res, err := e.newChecker(t, Options{}).Check(ctx, Request{Image: e.image(tc.image), Credential: alice(), Blobs: true,
-					RuntimeManifest: func(_ context.Context, d digest.Digest) ([]byte, error) {
+					Beside: pullFuncs{manifest: func(_ context.Context, d digest.Digest) ([]byte, error) {
 						if b, ok := stored[d]; ok {
 							return b, nil
 						}
 						return nil, errors.New("not in the store")
 					},
-					Pulled: func(ctx context.Context) (PulledImage, error) {
-						// The runtime's pull ends only once the config was asked
-						// (bounded: without the early ask it never is).
-						select {
-						case <-asked:
-							before = true
-						case <-time.After(10 * time.Second):
-						}
-						return PulledImage{ImageID: e.imgID, ManifestDigests: []digest.Digest{tc.recorded}}, nil
-					}})
+						pulled: func(ctx context.Context) (PulledImage, error) {
+							// The runtime's pull ends only once the config was asked
+							// (bounded: without the early ask it never is).
+							select {
+							case <-asked:
+								before = true
+							case <-time.After(10 * time.Second):
+							}
+							return PulledImage{ImageID: e.imgID, ManifestDigests: []digest.Digest{tc.recorded}}, nil
+						}}})
 				if err != nil || !before || res.ConfigDigest != e.imgID || len(res.Layers) == 0 {
 					t.Fatalf("got %v, config %s, asked before the pull ended: %v; want the config asked beside the pull", err, res.ConfigDigest, before)
 				}
@@ -155,8 +155,8 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		}
 		t.Run("a manifest the runtime's store does not have: the config is asked after the pull, as without it", func(t *testing.T) {
 			res, err := e.newChecker(t, Options{}).Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
-				RuntimeManifest: func(context.Context, digest.Digest) ([]byte, error) { return nil, errors.New("not in the store") },
-				Pulled:          pulled(e.imgID, e.imgMan)})
+				Beside: pullFuncs{manifest: func(context.Context, digest.Digest) ([]byte, error) { return nil, errors.New("not in the store") },
+					pulled: pulled(e.imgID, e.imgMan)}})
 			if err != nil || res.ConfigDigest != e.imgID {
 				t.Fatalf("got %v, config %s", err, res.ConfigDigest)
 			}
@@ -164,8 +164,8 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		t.Run("bytes that are not the manifest the registry named are not taken", func(t *testing.T) {
 			b, _ := e.other.RawManifest()
 			res, err := e.newChecker(t, Options{}).Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
-				RuntimeManifest: func(context.Context, digest.Digest) ([]byte, error) { return b, nil },
-				Pulled:          pulled(e.imgID, e.imgMan)})
+				Beside: pullFuncs{manifest: func(context.Context, digest.Digest) ([]byte, error) { return b, nil },
+					pulled: pulled(e.imgID, e.imgMan)}})
 			if err != nil || res.ConfigDigest != e.imgID {
 				t.Fatalf("got %v, config %s; want the runtime's config checked as without the early ask", err, res.ConfigDigest)
 			}
@@ -181,11 +181,36 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 		manifest, _ := lr.Content("/v2/b/app/manifests/v1")
 		man := digest.FromBytes(manifest)
 		res, err := newTestChecker(t, Options{}).Check(ctx, Request{Image: image, Blobs: true, ProveLayers: chooseAll,
-			Pulled: func(context.Context) (PulledImage, error) {
+			Beside: pullFuncs{pulled: func(context.Context) (PulledImage, error) {
 				return PulledImage{ImageID: desc.Digest, ManifestDigests: []digest.Digest{man}}, nil
-			}})
+			}}})
 		if err != nil || len(res.Proven) != 1 || res.ManifestGets != 1 {
 			t.Fatalf("got %v, proven %v, %d manifest GETs; want the layer proven after one manifest GET", err, res.Proven, res.ManifestGets)
 		}
 	})
 }
+
+// pullFuncs is the runtime's pull as a test writes it (RuntimePull): a nil
+// resolved allows every digest, a nil manifest is a store that cannot be
+// read.
+type pullFuncs struct {
+	resolved func(ctx context.Context, manifest digest.Digest) error
+	manifest func(ctx context.Context, d digest.Digest) ([]byte, error)
+	pulled   func(ctx context.Context) (PulledImage, error)
+}
+
+func (p pullFuncs) Resolved(ctx context.Context, manifest digest.Digest) error {
+	if p.resolved == nil {
+		return nil
+	}
+	return p.resolved(ctx, manifest)
+}
+
+func (p pullFuncs) Manifest(ctx context.Context, d digest.Digest) ([]byte, error) {
+	if p.manifest == nil {
+		return nil, errors.New("the runtime's store cannot be read")
+	}
+	return p.manifest(ctx, d)
+}
+
+func (p pullFuncs) Pulled(ctx context.Context) (PulledImage, error) { return p.pulled(ctx) }

@@ -331,7 +331,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		chk.name.repository = ep.repository
 	}
 	chk.start(ctx, ep)
-	if r.Pulled != nil && r.Blobs {
+	if r.Beside != nil && r.Blobs {
 		return res, chk.runBeside(ctx, platform, r)
 	}
 	return res, chk.run(ctx, imageID, platform, r.Blobs, r.ProveLayers)

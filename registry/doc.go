@@ -40,10 +40,10 @@
 //
 // # Beside the runtime's pull
 //
-// With Request.Pulled, the check runs beside the runtime's own pull of the
+// With Request.Beside (a RuntimePull), the check runs beside the runtime's own pull of the
 // image: the registry's word on the reference by HEAD (its
 // Docker-Content-Digest; a GET only when a HEAD names none), told to
-// Request.Resolved (an image policy decides on it meanwhile); then, once
+// RuntimePull.Resolved (an image policy decides on it meanwhile); then, once
 // the runtime pulled, its manifest must be the one the registry named (a
 // repo digest it recorded for the repository: containerd fetched and
 // verified those bytes; else ErrMoved), and the check takes that fetch for

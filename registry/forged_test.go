@@ -95,9 +95,9 @@ func TestAForgedAnswerIsReportedAsForged(t *testing.T) {
 				lr.Put("b/app", "blobs", aConfigDesc.Digest.String(), ocispec.MediaTypeImageConfig, notTheConfig)
 				image := lr.manifest(t, "b/app", "v3", aManifest)
 				man, _ := lr.Content("/v2/b/app/manifests/v3")
-				return Request{Image: image, Blobs: true, Pulled: func(context.Context) (PulledImage, error) {
+				return Request{Image: image, Blobs: true, Beside: pullFuncs{pulled: func(context.Context) (PulledImage, error) {
 					return PulledImage{ImageID: aConfigDesc.Digest, ManifestDigests: []digest.Digest{digest.FromBytes(man)}}, nil
-				}}
+				}}}
 			},
 			reason:      "the registry's bytes are not the image's config",
 			operator:    []string{aConfigDesc.Digest.String(), digest.FromBytes(notTheConfig).String()},

@@ -109,29 +109,36 @@ type Request struct {
 	// diff_ids: content a node shares by digest that this repository has
 	// not supplied before. nil proves none.
 	ProveLayers LayerChooser
-	// Pulled, when set (with Blobs), is the runtime's own pull of the
-	// image, run beside the check: it waits for it and returns what it
-	// proved. The check then asks the registry's word on the reference by
-	// HEAD while the runtime pulls, and where the runtime's manifest is the
-	// one the registry names, takes the runtime's fetch of it for its bytes
-	// (containerd verifies what it fetches): no manifest GET, which some
-	// registries count as a pull, beyond the runtime's own. ImageID is then
-	// the runtime's. An error of Pulled ends the check with it.
-	Pulled func(ctx context.Context) (PulledImage, error)
-	// Resolved, when set (with Pulled), is told the manifest digest the
-	// registry names for the reference, before the check waits for the
-	// runtime: a decision on it (image policy) runs beside the pull. Its
+	// Beside, when set (with Blobs), is the runtime's own pull of the
+	// image, which the check runs beside: the check asks the registry's
+	// word on the reference by HEAD while the runtime pulls, and where the
+	// runtime's manifest is the one the registry names, takes the
+	// runtime's fetch of it for its bytes (containerd verifies what it
+	// fetches): no manifest GET, which some registries count as a pull,
+	// beyond the runtime's own. ImageID is then the runtime's.
+	Beside RuntimePull
+}
+
+// RuntimePull is the runtime's own pull of an image, as a check run beside
+// it (Request.Beside) meets it, in this order.
+type RuntimePull interface {
+	// Resolved is told the manifest digest the registry names for the
+	// reference, before the check waits for the runtime: a decision on it
+	// (image policy) runs beside the pull. Its error ends the check with
+	// it.
+	Resolved(ctx context.Context, manifest digest.Digest) error
+	// Manifest reads a manifest's bytes from the runtime's own store once
+	// its pull has fetched them (it waits until then, or until ctx ends):
+	// the check then learns the config's digest while the runtime still
+	// pulls the layers, and asks the registry for the config's bytes
+	// beside them rather than after the pull. The bytes are verified
+	// against the digest the registry named; what the runtime finally
+	// holds must still be that config. An error (a runtime whose store
+	// cannot be read): the config is asked once the runtime's pull ended.
+	Manifest(ctx context.Context, d digest.Digest) ([]byte, error)
+	// Pulled waits for the runtime's pull and returns what it proved. Its
 	// error ends the check with it.
-	Resolved func(ctx context.Context, manifest digest.Digest) error
-	// RuntimeManifest, when set (with Pulled), reads a manifest's bytes
-	// from the runtime's own store once its pull has fetched them (it
-	// waits until then, or until ctx ends): the check then learns the
-	// config's digest while the runtime still pulls the layers, and asks
-	// the registry for the config's bytes beside them rather than after the
-	// pull. The bytes are verified against the digest the registry named;
-	// what the runtime finally holds must still be that config. nil, or an
-	// error: the config is asked once the runtime's pull ended.
-	RuntimeManifest func(ctx context.Context, d digest.Digest) ([]byte, error)
+	Pulled(ctx context.Context) (PulledImage, error)
 }
 
 // PulledImage is what the runtime's own pull proved of an image: its ID
