@@ -23,16 +23,13 @@ type ImagePolicy interface {
 	// manifest digest the registry names for it ("" when the name alone
 	// decides: NameDecides); imageID is the image already on the node the
 	// name stands for, if that manifest is its. A refusal is the error the
-	// client sees; an allowed verdict is bound (Bind) to the image the
-	// pull produced.
-	Pull(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, manifest digest.Digest, imageID string) (imagepolicy.Verdict, error)
+	// client sees; allowed, bind binds the verdict to the image the pull
+	// produced.
+	Pull(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, manifest digest.Digest, imageID string) (bind func(imageID string), err error)
 	// NameDecides reports whether a pull of image for pod is decided on
 	// the name alone, before the registry is asked: no provider applies,
 	// and the namespace's no-match policy decides.
 	NameDecides(pod crireq.Pod, image string) bool
-	// Bind carries an allowed pull's verdict over to the image ID it
-	// produced.
-	Bind(v imagepolicy.Verdict, imageID string)
 	// Admit decides one image use of a container for pod, on the runtime's
 	// answer: img, known as repo, or resolveErr.
 	Admit(ctx context.Context, pod crireq.Pod, use crireq.ImageUse, img crireq.Image, repo string, resolveErr error) error
@@ -47,11 +44,10 @@ type ImagePolicy interface {
 // allows everything and asks nothing.
 type noImagePolicy struct{}
 
-func (noImagePolicy) Pull(context.Context, string, crireq.Pod, registry.Credential, digest.Digest, string) (imagepolicy.Verdict, error) {
-	return imagepolicy.Verdict{Allowed: true}, nil
+func (noImagePolicy) Pull(context.Context, string, crireq.Pod, registry.Credential, digest.Digest, string) (func(string), error) {
+	return func(string) {}, nil
 }
 func (noImagePolicy) NameDecides(crireq.Pod, string) bool { return false }
-func (noImagePolicy) Bind(imagepolicy.Verdict, string)    {}
 func (noImagePolicy) Admit(context.Context, crireq.Pod, crireq.ImageUse, crireq.Image, string, error) error {
 	return nil
 }

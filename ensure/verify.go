@@ -14,7 +14,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
-	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -129,30 +128,36 @@ func (g *Guard) hasImagePolicy() bool {
 }
 
 // policyDecision is image policy's decision on one try of a pull: on the
-// name alone, or on the manifest digest the registry names. Its verdict
-// is bound to the image the try produced.
+// name alone, or on the manifest digest the registry names. Allowed, its
+// verdict is bound to the image the try produced.
 type policyDecision struct {
-	policy  ImagePolicy
-	image   string
-	pod     crireq.Pod
-	cred    registry.Credential
-	verdict imagepolicy.Verdict
+	policy ImagePolicy
+	image  string
+	pod    crireq.Pod
+	cred   registry.Credential
+	// allowed binds the verdict; nil until the policy allowed the try.
+	allowed func(imageID string)
 }
 
 // decide decides the try on manifest ("" for the name alone); imageID is
 // the image on the node the name stands for, if that manifest is its. A
 // refusal ends the registry check as the policy words it (policyRefusal).
 func (p *policyDecision) decide(ctx context.Context, manifest digest.Digest, imageID string) error {
-	v, err := p.policy.Pull(ctx, p.image, p.pod, p.cred, manifest, imageID)
-	p.verdict = v
+	bind, err := p.policy.Pull(ctx, p.image, p.pod, p.cred, manifest, imageID)
 	if err != nil {
 		return policyRefusal{err}
 	}
+	p.allowed = bind
 	return nil
 }
 
-// bind carries the verdict over to the image the try produced.
-func (p *policyDecision) bind(imageID string) { p.policy.Bind(p.verdict, imageID) }
+// bind carries the verdict over to the image the try produced; with no
+// decision (no image policy applies), there is none to bind.
+func (p *policyDecision) bind(imageID string) {
+	if p.allowed != nil {
+		p.allowed(imageID)
+	}
+}
 
 // errRuntimePull stands, inside the registry check, for the runtime's pull
 // that failed: Verify answers with the runtime's own error.

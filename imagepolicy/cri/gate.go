@@ -115,17 +115,19 @@ func (g *Gate) repository(image string) string {
 // is the image already on the node the name stands for, if the registry's
 // answer is that image. A refusal is the error the client sees:
 // PermissionDenied with the pod's reason; the operator's reason is in the
-// engine's log.
-func (g *Gate) Pull(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, manifest digest.Digest, imageID string) (imagepolicy.Verdict, error) {
+// engine's log. Allowed, it returns what binds the verdict to the image ID
+// the pull then produced (bind): the caller need not hold the engine's
+// verdict.
+func (g *Gate) Pull(ctx context.Context, image string, pod crireq.Pod, cred registry.Credential, manifest digest.Digest, imageID string) (bind func(imageID string), err error) {
 	s := imagepolicy.Subject{
 		Call: imagepolicy.CallPullImage, Image: image, Repository: g.repository(image), Digest: manifest.String(),
 		ImageID: imageID, Platform: nodePlatform, Pod: g.policyPod(pod), Credential: policyCredential(cred),
 	}
 	v, _ := g.policy.Decide(ctx, s) // a verdict with an error refuses
 	if !v.Allowed {
-		return v, fmt.Errorf("pulling %s: %w", image, v.Err())
+		return nil, fmt.Errorf("pulling %s: %w", image, v.Err())
 	}
-	return v, nil
+	return func(imageID string) { g.policy.Bind(v, imageID) }, nil
 }
 
 // NameDecides reports whether a pull of image for pod is decided on the
@@ -135,11 +137,6 @@ func (g *Gate) Pull(ctx context.Context, image string, pod crireq.Pod, cred regi
 func (g *Gate) NameDecides(pod crireq.Pod, image string) bool {
 	repo := g.repository(image)
 	return repo != "" && !g.policy.Applies(pod.Namespace, repo)
-}
-
-// Bind carries an allowed pull's verdict over to the image ID it produced.
-func (g *Gate) Bind(v imagepolicy.Verdict, imageID string) {
-	g.policy.Bind(v, imageID)
 }
 
 // policyCredential is a pull's credential as a plugin may receive it: a

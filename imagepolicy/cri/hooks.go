@@ -86,7 +86,7 @@ func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 		h.log.WarnContext(ctx, "image policy: the image's registry did not resolve the pull; refused", "image", image, "pod", pod.String(), "err", err)
 		return nil, registry.Refusal(image, err)
 	}
-	v, err := h.gate.Pull(ctx, image, pod, cred, res.ManifestDigest, "")
+	bind, err := h.gate.Pull(ctx, image, pod, cred, res.ManifestDigest, "")
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (h *Hooks) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return nil, err
 	}
-	h.gate.Bind(v, id)
+	bind(id)
 	return resp, nil
 }
 
