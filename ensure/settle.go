@@ -128,48 +128,21 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	cut := run.stopped
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	keep := Intent{ID: run.intent, Image: run.image}
 	var id string
 	if end == endVerified {
 		id = g.imageID(ctx, run.image, pulled)
 	} else {
 		cred = Credential{}
-		img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
-		switch {
-		case err != nil:
-			g.keepIntent(keep, run.repo, run.keptSince())
-			g.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
-			return "", false
-		case !present || img.ID == run.before:
-			if cut {
-				g.keepIntent(keep, run.repo, run.keptSince())
-				g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
-				return "", false
-			}
-			if run.intent == "" {
-				return "", false // the runtime was never asked: nothing was noted
-			}
-			if err := g.store.DropIntent(run.intent); err != nil {
-				g.keepIntent(keep, run.repo, time.Time{})
-				g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
-			}
+		var arrived bool
+		if id, arrived = g.arrived(ctx, run, end); !arrived {
 			return "", false
 		}
-		id = img.ID
 	}
 	// What was on the node before decides the preloaded names: a look under
 	// way is waited for before the image's lock is taken.
 	g.awaitObserved(ctx)
 	unlock := g.refs.lock(id)
 	preloaded := g.namesBeforePull(ctx, run, id)
-	intent := run.intent
-	if cut {
-		// The runtime's last word on a stopped try is not known: whatever
-		// it creates later must not pass for preloaded. The record is
-		// written; the intent stays until it is settled.
-		intent = ""
-	}
-	var err error
 	if end == endVerified && run.intent == "" && !cut && g.verifiedRecently(id, run.repo, cred) {
 		// Answered from the node on the registry's word, for a credential
 		// the record holds and verified a moment ago: nothing to write (a
@@ -179,36 +152,86 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		unlock()
 		return id, true
 	}
-	if v := run.verified; end == endVerified && v != nil && v.LayersKnown {
-		// The registry vouched for every layer as repo: kept with the record.
-		err = g.store.RecordVerifiedPull(id, run.repo, cred, v.Layers, intent, g.clock.Now(), preloaded)
-	} else {
-		err = g.store.RecordPull(id, run.repo, cred, intent, g.clock.Now(), preloaded)
-	}
-	if err != nil || end != endVerified || run.verified == nil || !run.verified.LayersKnown {
-		// Not kept with the record: learnt from the runtime, or marked
-		// unknown (a record that failed restricts the image meanwhile).
-		g.keepLayers(ctx, id, err != nil || !cred.Node)
-	}
+	err := g.recordEnd(ctx, run, end, id, cred, preloaded)
+	unlock()
 	if err != nil {
-		g.recordFailed(run.image, run.repo, id, run.intent, err)
-		unlock()
 		return id, false
 	}
-	unlock()
 	if end == endVerified {
 		// The record tracks what the name stands for: the intents earlier
 		// pulls of it kept protect nothing more.
 		g.settlePulled(ctx, run.image)
 	}
 	if cut {
-		g.keepIntent(keep, run.repo, run.keptSince())
+		g.keepIntent(Intent{ID: run.intent, Image: run.image}, run.repo, run.keptSince())
 	}
 	if end == endVerified {
 		return id, true
 	}
 	g.logDecision(ctx, "PullImage: "+end.String()+", but the image arrived: tracked with no verified credential", run.image, id, run.pod.String(), "every pod verifies")
 	return id, false
+}
+
+// arrived asks the runtime what a pull that ended unverified left: the
+// image the name now stands for when it is new (not the one before the
+// pull). Otherwise it settles the pull's intent here, and says false:
+// dropped when the runtime's last word on every try is known, kept while
+// it is not (a try stopped or cut before it answered, or no answer now).
+func (g *Guard) arrived(ctx context.Context, run *pullRun, end pullEnd) (string, bool) {
+	keep := Intent{ID: run.intent, Image: run.image}
+	img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
+	switch {
+	case err != nil:
+		g.keepIntent(keep, run.repo, run.keptSince())
+		g.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
+		return "", false
+	case present && img.ID != run.before:
+		return img.ID, true
+	case run.stopped:
+		g.keepIntent(keep, run.repo, run.keptSince())
+		g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
+	case run.intent == "":
+		// The runtime was never asked: nothing was noted.
+	default:
+		if err := g.store.DropIntent(run.intent); err != nil {
+			g.keepIntent(keep, run.repo, time.Time{})
+			g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
+		}
+	}
+	return "", false
+}
+
+// recordEnd writes the record of the image id a pull's end left, under
+// id's lock: the verified credential cred (none for another end), the
+// image's layers (the registry's with the record, else learnt from the
+// runtime or marked unknown) and its preloaded names, in one transaction
+// with the intent's removal, unless a try was cut (the runtime's last
+// word not known: the intent stays).
+func (g *Guard) recordEnd(ctx context.Context, run *pullRun, end pullEnd, id string, cred Credential, preloaded []string) error {
+	intent := run.intent
+	if run.stopped {
+		// The runtime's last word on a stopped try is not known: whatever
+		// it creates later must not pass for preloaded. The record is
+		// written; the intent stays until it is settled.
+		intent = ""
+	}
+	verified := end == endVerified && run.verified != nil && run.verified.LayersKnown
+	var err error
+	if verified {
+		// The registry vouched for every layer as repo: kept with the record.
+		err = g.store.RecordVerifiedPull(id, run.repo, cred, run.verified.Layers, intent, g.clock.Now(), preloaded)
+	} else {
+		err = g.store.RecordPull(id, run.repo, cred, intent, g.clock.Now(), preloaded)
+	}
+	if err != nil || !verified {
+		// Not kept with the record: learnt from the runtime, or marked
+		// unknown (a record that failed restricts the image meanwhile).
+		g.keepLayers(ctx, id, err != nil || !cred.Node)
+	}
+	if err != nil {
+		g.recordFailed(run.image, run.repo, id, run.intent, err)
+	}
+	return err
 }
 
 // verifyRefresh is how often a re-check of a recorded credential rewrites
