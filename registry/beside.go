@@ -61,7 +61,7 @@ func (k *check) runBeside(ctx context.Context, spec ocispec.Platform, r Request)
 	config, err := early.wait(p.ImageID)
 	if errors.Is(err, errNoEarlyConfig) {
 		cctx, cancel := context.WithTimeout(ctx, k.c.timeout)
-		config, err = k.heads(cctx, nil, &ocispec.Descriptor{Digest: p.ImageID}, nil)
+		config, err = k.fetchConfig(cctx, p.ImageID)
 		cancel()
 	}
 	if err != nil {

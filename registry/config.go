@@ -3,22 +3,29 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
-// An image's config, proven by its bytes, and a forgery of them refused.
-// A registry proves it holds a config
+// An image's config, proven by its bytes, and a forgery of them refused:
+// its whole path is in this file. A registry proves it holds a config
 // only by serving it (a runtime that holds the config fetches nothing, so
 // a HEAD 200 would let a registry that never held it name another image
-// already on the node): the config is asked by GET, in the check's round
-// of blob requests or alone beside the runtime's pull, and bytes that are
-// not the content its digest names are ErrForged, reasonForgedConfig for
-// the pod.
+// already on the node). The config is asked by GET (getConfig) in the
+// check's round of blob requests (blobRound, blobs.go), or in a round of
+// its own beside the runtime's pull (fetchConfig: early, configEarly, or
+// once the runtime pulled); its bytes are read and compared with its
+// digest (readConfig); other bytes are a forged outcome, and the round
+// that has one is refused (configForgery): ErrForged, a kind of
+// ErrDenied, whose Refusal (errors.go) is PermissionDenied with
+// reasonForgedConfig for the pod. The checks and blobs metrics count it
+// as "forged" (Check, judgeRound), and a warning is logged (Check).
 
 // maxConfigBytes bounds an image config: real ones are kilobytes; the
 // manifest's bound is generous for them.
@@ -27,6 +34,29 @@ const maxConfigBytes = maxManifestBytes
 // reasonForgedConfig is the pod's reason for a forged config: short, no
 // digest (the operator's detail has them).
 const reasonForgedConfig = "the registry's bytes are not the image's config"
+
+// getConfig asks for the config t by GET, in a round of blob requests:
+// its bytes, read and verified by readConfig, are the proof, and bytes
+// that are not the config are a forged outcome. An answer other than a
+// 200 is judged by its status (statusOutcome, blobs.go), as a HEAD's is;
+// a GET's redirect is followed (checkRedirect), so never taken as present.
+func (k *check) getConfig(ctx context.Context, t blobTarget) blobOutcome {
+	resp, err := k.do(ctx, http.MethodGet, t.path, t.accept)
+	if err != nil {
+		return requestFailed(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return k.statusOutcome(t, resp)
+	}
+	body, err := readConfig(resp, http.MethodGet+" "+k.name.repository+t.path, t.digest)
+	switch {
+	case errors.Is(err, ErrForged):
+		return blobOutcome{kind: outcomeForged, err: err}
+	case err != nil:
+		return blobOutcome{kind: outcomeFailed, err: err}
+	}
+	return blobOutcome{kind: outcomePresent, body: body}
+}
 
 // readConfig reads a GET of an image's config and verifies its bytes: a
 // registry proves it holds an image's config only by serving it (a
@@ -52,6 +82,36 @@ func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, erro
 		return nil, forgery(reasonForgedConfig, "%s: %d bytes whose digest is %s, not the config %s", what, len(body), got, d)
 	}
 	return body, nil
+}
+
+// configForgery refuses a round in which the config's bytes were not the
+// config (forged: the errors of its forged outcomes): whatever else the
+// round found, the registry named an image it cannot serve. The pod reads
+// that much (reasonForgedConfig); the operator's detail names the
+// registry, the repository and both digests, and what else was not
+// readable (absent).
+func (k *check) configForgery(forged []error, absent []string) *Error {
+	var details []string
+	for _, err := range forged {
+		var e *Error
+		if errors.As(err, &e) {
+			details = append(details, e.Detail)
+		} else {
+			details = append(details, err.Error())
+		}
+	}
+	detail := fmt.Sprintf("registry %s, repository %s: %s", k.name.registry, k.name.repository, strings.Join(details, "; "))
+	if len(absent) > 0 {
+		detail += "; not readable either: " + strings.Join(absent, ", ")
+	}
+	return forgery(reasonForgedConfig, "%s", detail)
+}
+
+// fetchConfig asks for the config d alone, by GET: a round of blob
+// requests of its own, beside the runtime's pull (whose fetch of the
+// manifest the check takes for the manifest's bytes).
+func (k *check) fetchConfig(ctx context.Context, d digest.Digest) ([]byte, error) {
+	return k.blobRound(ctx, nil, &ocispec.Descriptor{Digest: d}, nil)
 }
 
 // errNoEarlyConfig: the config was not asked beside the runtime's pull
@@ -84,7 +144,7 @@ func (k *check) configEarly(ctx context.Context, spec ocispec.Platform, r Reques
 		cctx, cancel := context.WithTimeout(ctx, k.c.timeout)
 		defer cancel()
 		e.digest = config
-		e.body, e.err = k.heads(cctx, nil, &ocispec.Descriptor{Digest: config}, nil)
+		e.body, e.err = k.fetchConfig(cctx, config)
 	}()
 	return e
 }
