@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/containerd/containerd/v2/core/remotes/docker"
-	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -62,7 +61,7 @@ func (k *check) runBeside(ctx context.Context, spec ocispec.Platform, r Request)
 	config, err := early.wait(p.ImageID)
 	if errors.Is(err, errNoEarlyConfig) {
 		cctx, cancel := context.WithTimeout(ctx, k.c.timeout)
-		config, err = k.heads(cctx, nil, &ocispec.Descriptor{Digest: p.ImageID}, nil)
+		config, err = k.fetchConfig(cctx, p.ImageID)
 		cancel()
 	}
 	if err != nil {
@@ -126,90 +125,4 @@ func (k *check) headReference(ctx context.Context) (digest.Digest, error) {
 		return "", failure(ErrUnreachable, "invalid answer", "%s: names %s, not the digest asked for", what, d)
 	}
 	return d, nil
-}
-
-// errNoEarlyConfig: the config was not asked beside the runtime's pull
-// (no manifest from the runtime, or another config than it pulled).
-var errNoEarlyConfig = errors.New("no config asked beside the pull")
-
-// earlyConfig is the registry's answer for a config asked beside the
-// runtime's pull.
-type earlyConfig struct {
-	done   chan struct{}
-	cancel context.CancelFunc
-	digest digest.Digest // the config asked; "" when none
-	body   []byte
-	err    error
-}
-
-// configEarly asks the registry for the config of the manifest d (the
-// registry's word for the reference) as soon as the runtime's store holds
-// that manifest (RuntimePull.Manifest), beside the rest of the runtime's
-// pull. When the store cannot be read, it asks nothing.
-func (k *check) configEarly(ctx context.Context, spec ocispec.Platform, r Request, d digest.Digest) *earlyConfig {
-	e := &earlyConfig{done: make(chan struct{})}
-	ctx, e.cancel = context.WithCancel(ctx)
-	go func() {
-		defer close(e.done)
-		config, err := k.configOf(ctx, spec, r.Beside, d)
-		if err != nil {
-			return // asked once the pull ended, as without it
-		}
-		cctx, cancel := context.WithTimeout(ctx, k.c.timeout)
-		defer cancel()
-		e.digest = config
-		e.body, e.err = k.heads(cctx, nil, &ocispec.Descriptor{Digest: config}, nil)
-	}()
-	return e
-}
-
-// stop ends the early question, if it still runs.
-func (e *earlyConfig) stop() {
-	if e.cancel != nil {
-		e.cancel()
-	}
-}
-
-// wait returns the registry's answer for the config imageID when it was
-// asked early, and errNoEarlyConfig otherwise.
-func (e *earlyConfig) wait(imageID digest.Digest) ([]byte, error) {
-	if e.cancel == nil {
-		return nil, errNoEarlyConfig
-	}
-	<-e.done
-	e.cancel()
-	if e.digest != imageID {
-		// Another config than the runtime holds (or none): the runtime's
-		// image decides what is asked.
-		return nil, errNoEarlyConfig
-	}
-	return e.body, e.err
-}
-
-// configOf is the config digest of the manifest d for the platform, read
-// from the runtime's store (an index leads to the platform's manifest),
-// each verified against its digest.
-func (k *check) configOf(ctx context.Context, spec ocispec.Platform, store RuntimePull, d digest.Digest) (digest.Digest, error) {
-	for depth := 0; depth <= maxIndexDepth; depth++ {
-		body, err := store.Manifest(ctx, d)
-		if err != nil {
-			return "", err
-		}
-		if err := verifyDigest(body, d); err != nil {
-			return "", err
-		}
-		m, err := parseManifest(body, "")
-		if err != nil {
-			return "", err
-		}
-		if !m.index {
-			return m.config.Digest, nil
-		}
-		desc, ok := pickManifest(m.manifests, platforms.Only(spec))
-		if !ok {
-			return "", errors.New("no manifest for this platform")
-		}
-		d = desc.Digest
-	}
-	return "", errors.New("indexes nested too deep")
 }

@@ -12,114 +12,144 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// heads proves, with one round of requests in parallel (bounded), that
-// the repository holds each manifest and blob for this credential: a HEAD
-// of each, and for config (when not nil) a GET whose bytes must be the
-// config's. It returns the config's bytes.
-func (k *check) heads(ctx context.Context, manifests []digest.Digest, config *ocispec.Descriptor, blobs []ocispec.Descriptor) ([]byte, error) {
-	type target struct {
-		method string
-		path   string
-		digest digest.Digest
-		accept string
-	}
-	var targets []target
+// blobTarget is one request of a round of blob requests: the config's
+// GET (getConfig, config.go), or a HEAD of a manifest or a blob (headBlob).
+type blobTarget struct {
+	method string
+	path   string
+	digest digest.Digest
+	accept string
+}
+
+// outcomeKind is what the repository's answer to a target says.
+type outcomeKind int
+
+const (
+	outcomeFailed  outcomeKind = iota // the zero value: an outcome never set fails closed
+	outcomePresent                    // held for the credential
+	outcomeMissing                    // 404
+	outcomeRefused                    // 403, or a denial
+	outcomeForged                     // a GET whose bytes are not the content asked for (getConfig)
+)
+
+// blobOutcome is a target's outcome.
+type blobOutcome struct {
+	kind outcomeKind
+	err  error
+	body []byte // the config's bytes, verified (getConfig)
+}
+
+// blobRound proves, with one round of requests in parallel (bounded),
+// that the repository holds each manifest and blob for this credential: a
+// HEAD of each, and for config (when not nil) a GET whose bytes must be
+// the config's (getConfig, config.go). It returns the config's bytes.
+func (k *check) blobRound(ctx context.Context, manifests []digest.Digest, config *ocispec.Descriptor, blobs []ocispec.Descriptor) ([]byte, error) {
+	var targets []blobTarget
 	if config != nil {
-		targets = append(targets, target{http.MethodGet, "/blobs/" + config.Digest.String(), config.Digest, ""})
+		targets = append(targets, blobTarget{http.MethodGet, "/blobs/" + config.Digest.String(), config.Digest, ""})
 	}
 	for _, d := range manifests {
-		targets = append(targets, target{http.MethodHead, "/manifests/" + d.String(), d, acceptManifests})
+		targets = append(targets, blobTarget{http.MethodHead, "/manifests/" + d.String(), d, acceptManifests})
 	}
 	for _, b := range blobs {
-		targets = append(targets, target{http.MethodHead, "/blobs/" + b.Digest.String(), b.Digest, ""})
+		targets = append(targets, blobTarget{http.MethodHead, "/blobs/" + b.Digest.String(), b.Digest, ""})
 	}
 	if len(targets) > maxBlobs {
 		return nil, failure(ErrUnreachable, "invalid answer", "the image needs %d blobs, over the bound of %d", len(targets), maxBlobs)
 	}
-	const (
-		failed = iota // the zero value: an outcome never set fails closed
-		present
-		missing
-		refused
-		forged // a GET whose bytes are not the content asked for
-	)
-	type outcome struct {
-		kind int
-		err  error
-	}
-	outcomes := make([]outcome, len(targets))
-	var configBody []byte
+	return k.judgeRound(targets, k.askRound(ctx, targets))
+}
+
+// askRound sends the round's requests, in the targets' order, at most
+// maxParallel at a time, and returns each target's outcome. A failure
+// stops the requests not yet sent: the round is unreachable anyway.
+func (k *check) askRound(ctx context.Context, targets []blobTarget) []blobOutcome {
+	outcomes := make([]blobOutcome, len(targets))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var g errgroup.Group
 	g.SetLimit(k.c.maxParallel)
 	for i, t := range targets {
 		g.Go(func() error {
-			what := t.method + " " + k.name.repository + t.path
-			resp, err := k.do(ctx, t.method, t.path, t.accept)
-			switch {
-			case errors.Is(err, ErrDenied):
-				outcomes[i] = outcome{refused, err}
-				return nil
-			case err != nil:
-				outcomes[i] = outcome{failed, err}
+			if t.method == http.MethodGet {
+				outcomes[i] = k.getConfig(ctx, t)
+			} else {
+				outcomes[i] = k.headBlob(ctx, t)
+			}
+			if outcomes[i].kind == outcomeFailed {
 				cancel() // the answer is unreachable anyway: stop asking
-				return nil
-			}
-			if t.method == http.MethodGet && resp.StatusCode == http.StatusOK {
-				body, err := readConfig(resp, what, t.digest)
-				switch {
-				case errors.Is(err, ErrForged):
-					outcomes[i] = outcome{forged, err}
-				case err != nil:
-					outcomes[i] = outcome{failed, err}
-					cancel()
-				default:
-					configBody = body
-					outcomes[i] = outcome{kind: present}
-				}
-				return nil
-			}
-			discard(resp)
-			switch code := resp.StatusCode; {
-			case code == http.StatusOK:
-				if h := resp.Header.Get("Docker-Content-Digest"); h != "" && h != t.digest.String() {
-					outcomes[i] = outcome{failed, failure(ErrUnreachable, "invalid answer", "%s: Docker-Content-Digest names %.80s", what, h)}
-					cancel()
-					return nil
-				}
-				outcomes[i] = outcome{kind: present}
-			case isRedirect(code) && t.method == http.MethodHead:
-				outcomes[i] = outcome{kind: present} // sent on to the storage: see checkRedirect
-			case code == http.StatusNotFound:
-				outcomes[i] = outcome{kind: missing}
-			case code == http.StatusForbidden:
-				outcomes[i] = outcome{kind: refused}
-			default:
-				outcomes[i] = outcome{failed, statusFailure(what, resp)}
-				cancel()
 			}
 			return nil
 		})
 	}
 	g.Wait()
+	return outcomes
+}
 
-	var absent, forgedDetail []string
+// headBlob asks for a manifest or a blob by HEAD.
+func (k *check) headBlob(ctx context.Context, t blobTarget) blobOutcome {
+	resp, err := k.do(ctx, http.MethodHead, t.path, t.accept)
+	if err != nil {
+		return requestFailed(err)
+	}
+	return k.statusOutcome(t, resp)
+}
+
+// requestFailed is the outcome of a request that had no answer to judge:
+// refused when the registry or its token endpoint denied it, else failed.
+func requestFailed(err error) blobOutcome {
+	if errors.Is(err, ErrDenied) {
+		return blobOutcome{kind: outcomeRefused, err: err}
+	}
+	return blobOutcome{kind: outcomeFailed, err: err}
+}
+
+// statusOutcome judges an answer by its status, its body discarded:
+// present on a 200 (that names no other digest) or, for a HEAD, a
+// redirect to the registry's storage; missing on a 404; refused on a 403.
+func (k *check) statusOutcome(t blobTarget, resp *http.Response) blobOutcome {
+	what := t.method + " " + k.name.repository + t.path
+	discard(resp)
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+		if h := resp.Header.Get("Docker-Content-Digest"); h != "" && h != t.digest.String() {
+			return blobOutcome{kind: outcomeFailed, err: failure(ErrUnreachable, "invalid answer", "%s: Docker-Content-Digest names %.80s", what, h)}
+		}
+		return blobOutcome{kind: outcomePresent}
+	case isRedirect(code) && t.method == http.MethodHead:
+		return blobOutcome{kind: outcomePresent} // sent on to the storage: see checkRedirect
+	case code == http.StatusNotFound:
+		return blobOutcome{kind: outcomeMissing}
+	case code == http.StatusForbidden:
+		return blobOutcome{kind: outcomeRefused}
+	default:
+		return blobOutcome{kind: outcomeFailed, err: statusFailure(what, resp)}
+	}
+}
+
+// judgeRound counts each outcome in the blobs metric and answers for the
+// round: a forged config first (configForgery, config.go), then the blobs
+// not readable (ErrDenied), then the first failure; else the config's
+// bytes (nil without a config), or the caller's context's error.
+func (k *check) judgeRound(targets []blobTarget, outcomes []blobOutcome) ([]byte, error) {
+	var absent []string
+	var forged []error
+	var configBody []byte
 	var firstFailure, cancelled error
 	regLabel, epLabel := k.c.labels.registry(k.name.registry), k.c.labels.endpoint(k.ep)
 	for i, o := range outcomes {
 		switch o.kind {
-		case present:
+		case outcomePresent:
 			k.res.BlobsChecked++
 			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, blobPresent).Inc()
-		case forged:
-			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, blobForged).Inc()
-			var e *Error
-			if errors.As(o.err, &e) {
-				forgedDetail = append(forgedDetail, e.Detail)
+			if o.body != nil {
+				configBody = o.body
 			}
-		case missing, refused:
-			how := map[int]string{missing: blobMissing, refused: blobRefused}[o.kind]
+		case outcomeForged:
+			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, blobForged).Inc()
+			forged = append(forged, o.err)
+		case outcomeMissing, outcomeRefused:
+			how := map[outcomeKind]string{outcomeMissing: blobMissing, outcomeRefused: blobRefused}[o.kind]
 			k.c.metrics.blobs.WithLabelValues(regLabel, epLabel, how).Inc()
 			absent = append(absent, fmt.Sprintf("%s %s", targets[i].digest, how))
 		default:
@@ -138,16 +168,8 @@ func (k *check) heads(ctx context.Context, manifests []digest.Digest, config *oc
 	if nAbsent > 10 {
 		absent = append(absent[:10], "…")
 	}
-	if len(forgedDetail) > 0 {
-		// The config's bytes are not the config: whatever else the round
-		// found, the registry named an image it cannot serve. The pod reads
-		// that much; the operator's detail names the registry, the
-		// repository and both digests, and what else was not readable.
-		detail := fmt.Sprintf("registry %s, repository %s: %s", k.name.registry, k.name.repository, strings.Join(forgedDetail, "; "))
-		if len(absent) > 0 {
-			detail += "; not readable either: " + strings.Join(absent, ", ")
-		}
-		return nil, forgery(reasonForgedConfig, "%s", detail)
+	if len(forged) > 0 {
+		return nil, k.configForgery(forged, absent)
 	}
 	if nAbsent > 0 {
 		return nil, failure(ErrDenied, fmt.Sprintf("%d of %d blobs not readable in the repository", nAbsent, len(targets)),

@@ -106,12 +106,12 @@ func (k *check) run(ctx context.Context, imageID digest.Digest, spec ocispec.Pla
 		if len(prove) == 0 {
 			return nil
 		}
-		_, err := k.heads(ctx, prove, nil, nil)
+		_, err := k.blobRound(ctx, prove, nil, nil)
 		return err
 	}
 	// One round: the config's bytes (GET), and a HEAD of each layer and of
 	// each manifest taken from the cache.
-	config, err := k.heads(ctx, prove, &m.config, m.layers)
+	config, err := k.blobRound(ctx, prove, &m.config, m.layers)
 	if err != nil {
 		return err
 	}

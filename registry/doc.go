@@ -195,12 +195,17 @@
 // (proven layers; forged, over_bound, failed proofs),
 // cri_image_proxy_registry_request_duration_seconds{registry,endpoint}.
 //
-// The files by role: checker.go the Checker and Check; check.go one
-// check's state and its steps (run); resolve.go and manifest.go what a
-// reference names; blobs.go the round of blob requests (the config's
-// bytes, a HEAD of each layer); layers.go layer proofs by their bytes;
-// beside.go a check beside the runtime's pull; auth.go and challenge.go
-// authentication; transport.go the requests themselves; endpoints.go,
-// crio.go and registriesconf.go where a registry is reached; errors.go
-// the failures and the refusal a pod reads.
+// The files by role: checker.go the Checker and Check; request.go a
+// check's Request, Credential and Result; check.go one check's state and
+// its steps (run); resolve.go and manifest.go what a reference names;
+// blobs.go the round of blob requests (a HEAD of each layer, the config's
+// GET among them); config.go the config proven by its bytes and a forged
+// config refused (its GET, its digest, its refusal, and the config asked
+// early beside the runtime's pull); layers.go layer proofs by their
+// bytes; beside.go a check beside the runtime's pull; auth.go and
+// challenge.go authentication; transport.go the requests themselves;
+// endpoints.go, crio.go and registriesconf.go where a registry is
+// reached; errors.go the failures and the refusal a pod reads; metrics.go
+// and labels.go the metrics and their bounded labels; describe.go what
+// the check reads, for the doctor.
 package registry

@@ -34,10 +34,6 @@ type Layer struct {
 // round ends; an error fails the check as it is.
 type LayerChooser func(ctx context.Context, imageID digest.Digest, layers []Layer) ([]digest.Digest, error)
 
-// maxConfigBytes bounds an image config: real ones are kilobytes; the
-// manifest's bound is generous for them.
-const maxConfigBytes = maxManifestBytes
-
 // imageConfig is what a check reads of an image's config.
 type imageConfig struct {
 	RootFS struct {
@@ -78,38 +74,10 @@ func diffIDsOfConfig(config []byte) ([]digest.Digest, error) {
 	return c.RootFS.DiffIDs, nil
 }
 
-// The pod's reasons for a forged answer: short, no digest (the operator's
-// detail has them).
-const (
-	reasonForgedConfig = "the registry's bytes are not the image's config"
-	reasonForgedLayer  = "the registry's bytes are not the image's layer"
-)
-
-// readConfig reads a GET of an image's config and verifies its bytes: a
-// registry proves it holds an image's config only by serving it (a
-// runtime that holds the config already fetches nothing, so a HEAD 200
-// would let a registry that never had it name another tenant's image).
-// Bytes that are not the config are a forgery (ErrForged).
-func readConfig(resp *http.Response, what string, d digest.Digest) ([]byte, error) {
-	defer resp.Body.Close()
-	if resp.ContentLength > maxConfigBytes {
-		return nil, failure(ErrUnreachable, "invalid answer", "%s: a %d byte config, over the %d byte bound", what, resp.ContentLength, maxConfigBytes)
-	}
-	body, err := io.ReadAll(resp.Body)
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		return nil, failure(ErrUnreachable, "invalid answer", "%s: a config over the %d byte bound", what, maxConfigBytes)
-	case err != nil:
-		return nil, transportFailure(what, err)
-	}
-	if err := d.Validate(); err != nil {
-		return nil, failure(ErrUnreachable, "invalid answer", "%s: config digest %.80q: %v", what, d, err)
-	}
-	if got := d.Algorithm().FromBytes(body); got != d {
-		return nil, forgery(reasonForgedConfig, "%s: %d bytes whose digest is %s, not the config %s", what, len(body), got, d)
-	}
-	return body, nil
-}
+// reasonForgedLayer is the pod's reason for a forged layer: short, no
+// digest (the operator's detail has them). A forged config's is in
+// config.go.
+const reasonForgedLayer = "the registry's bytes are not the image's layer"
 
 // proveLayers fetches each layer of want (diff_ids) from the repository
 // and verifies that its bytes are the blob the manifest names and that
