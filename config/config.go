@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -226,13 +226,13 @@ type RepositoryMaxAge struct {
 }
 
 // Expiry is the record expiry e configures (nil for none).
-func (e *EnsureSecretPulledImages) Expiry() *ensure.Expiry {
+func (e *EnsureSecretPulledImages) Expiry() *decision.Expiry {
 	if e.MaxRecordAge.Duration == 0 && len(e.MaxRecordAgeByRepository) == 0 {
 		return nil
 	}
-	x := &ensure.Expiry{Default: e.MaxRecordAge.Duration}
+	x := &decision.Expiry{Default: e.MaxRecordAge.Duration}
 	for _, r := range e.MaxRecordAgeByRepository {
-		x.ByRepository = append(x.ByRepository, ensure.RepositoryAge{Pattern: r.Pattern, MaxAge: r.MaxAge.Duration})
+		x.ByRepository = append(x.ByRepository, decision.RepositoryAge{Pattern: r.Pattern, MaxAge: r.MaxAge.Duration})
 	}
 	return x
 }

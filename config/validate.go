@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -109,7 +109,7 @@ func validateEnsure(p *field.Path, e *EnsureSecretPulledImages) field.ErrorList 
 			errs = append(errs, field.Invalid(p.Child(f.name), f.path, "must be an absolute path"))
 		}
 	}
-	errs = append(errs, ensure.ValidatePolicy(p, ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)...)
+	errs = append(errs, decision.ValidatePolicy(p, decision.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)...)
 	if e.GCInterval.Duration < 0 {
 		errs = append(errs, field.Invalid(p.Child("gcInterval"), e.GCInterval.Duration.String(), "must not be negative"))
 	}

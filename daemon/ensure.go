@@ -17,6 +17,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/monitoring"
@@ -167,7 +168,7 @@ func adminAPI(l net.Listener, srv *http.Server) *component {
 // node's pods when there is an API, and the token plugins to re-check
 // service-account re-uses against (without them such a re-use is never
 // made).
-func (d *daemon) newGuard(store ensure.RecordStore, policy ensure.Policy, e config.EnsureSecretPulledImages) (*ensure.Guard, error) {
+func (d *daemon) newGuard(store ensure.RecordStore, policy decision.Policy, e config.EnsureSecretPulledImages) (*ensure.Guard, error) {
 	if d.registry == nil {
 		// A guard without the registry's word would take the runtime's
 		// success for it.
@@ -219,8 +220,8 @@ func (d *daemon) cachedPods() cri.Pods {
 }
 
 // ensurePolicy is the verification policy e configures.
-func ensurePolicy(e config.EnsureSecretPulledImages) (ensure.Policy, error) {
-	return ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
+func ensurePolicy(e config.EnsureSecretPulledImages) (decision.Policy, error) {
+	return decision.NewPolicy(decision.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
 }
 
 // newEnforcement is what the daemon runs of guard: its interceptors, a

@@ -21,6 +21,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -163,7 +164,7 @@ func (r *reloader) reload() error {
 			return err
 		}
 	}
-	var policy ensure.Policy
+	var policy decision.Policy
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
 		if policy, err = ensurePolicy(e); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
@@ -81,13 +82,13 @@ func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 	const repo = "registry.test/team-a/app"
 	t0 := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	policies := []struct {
-		name      ensure.PolicyName
+		name      decision.PolicyName
 		allowlist []string
 	}{
-		{ensure.NeverVerify, nil},
-		{ensure.NeverVerifyPreloadedImages, nil},
-		{ensure.NeverVerifyAllowlistedImages, []string{"registry.test/public"}},
-		{ensure.AlwaysVerify, nil},
+		{decision.NeverVerify, nil},
+		{decision.NeverVerifyPreloadedImages, nil},
+		{decision.NeverVerifyAllowlistedImages, []string{"registry.test/public"}},
+		{decision.AlwaysVerify, nil},
 	}
 	// kinds are how the image's record came to be; each writes it.
 	kinds := []struct {
@@ -114,14 +115,14 @@ func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 	}
 	ages := []struct {
 		name     string
-		expiry   *ensure.Expiry
+		expiry   *decision.Expiry
 		verified time.Duration // when the record was written, from the decision's now
 	}{
 		{"no maximum age", nil, -1000 * time.Hour},
-		{"verified within the maximum age", &ensure.Expiry{Default: time.Hour}, -time.Minute},
-		{"verified past the maximum age", &ensure.Expiry{Default: time.Hour}, -2 * time.Hour},
-		{"verified in the future (a clock set back)", &ensure.Expiry{Default: time.Hour}, 30 * time.Minute},
-		{"past the age of its repository's pattern", &ensure.Expiry{Default: 100 * time.Hour, ByRepository: []ensure.RepositoryAge{{Pattern: "registry.test/team-a", MaxAge: time.Minute}}}, -time.Hour},
+		{"verified within the maximum age", &decision.Expiry{Default: time.Hour}, -time.Minute},
+		{"verified past the maximum age", &decision.Expiry{Default: time.Hour}, -2 * time.Hour},
+		{"verified in the future (a clock set back)", &decision.Expiry{Default: time.Hour}, 30 * time.Minute},
+		{"past the age of its repository's pattern", &decision.Expiry{Default: 100 * time.Hour, ByRepository: []decision.RepositoryAge{{Pattern: "registry.test/team-a", MaxAge: time.Minute}}}, -time.Hour},
 	}
 	type waiter struct {
 		name  string
@@ -162,7 +163,7 @@ func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 					}
 					node := newFakeNode()
 					node.preload(private, refApp)
-					policy, err := ensure.NewPolicy(p.name, p.allowlist)
+					policy, err := decision.NewPolicy(p.name, p.allowlist)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
@@ -91,7 +92,7 @@ func stoppedPull(t *testing.T, s *setup, image string, p pod) {
 // from every tenant.
 func TestAPullTheRuntimeRefusedBeforeTheRegistryDidLeavesNoIntent(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	s.node.preload(base, refBase)
 	if err := s.guard.ObserveLayers(context.Background()); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestAPullTheRuntimeRefusedBeforeTheRegistryDidLeavesNoIntent(t *testing.T) 
 // good. Any tenant takes any preloaded image away from every other.
 func TestAPullCutBeforeTheRuntimeWasAskedLeavesTheNodeAsItWas(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	s.node.preload(base, refBase)
 	if err := s.guard.ObserveLayers(context.Background()); err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func TestAPullCutBeforeTheRuntimeWasAskedLeavesTheNodeAsItWas(t *testing.T) {
 // on the node (as for a refused pull, whose leftover is tracked at once).
 func TestTheLayersOfAnImageACutPullLeftArePrivateBeforeAnyGCRun(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	n.mirror = true
 	n.withLayers(refSecret, lBase, lSecret)
@@ -224,7 +225,7 @@ func TestTheLayersOfAnImageACutPullLeftArePrivateBeforeAnyGCRun(t *testing.T) {
 // proof, and B runs A's layers (and B's record vouches for them for good).
 func TestAVerifiedPullWhoseRecordCannotBeWrittenKeepsItsLayersPrivate(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	n.withLayers(refSecret, lBase, lSecret)
 	n.withLayers(refForged, lBase, lSecret)
@@ -263,10 +264,10 @@ func (s *noteFailingStore) NoteLayers(ref string, diffIDs []digest.Digest, seen 
 // public until a GC run, and B's config naming them runs with no proof.
 func TestLayersThatCouldNotBeKeptAreMarkedUnknown(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	store := &noteFailingStore{MemoryStore: ensuretest.NewMemoryStore()}
 	s.store, s.checked = store, true
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	n.mirror = true
 	n.withLayers(refSecret, lBase, lSecret)
@@ -306,7 +307,7 @@ func TestLayersThatCouldNotBeKeptAreMarkedUnknown(t *testing.T) {
 // pull began was never free.
 func TestAPullRacingTheRemovalOfItsImageTakesNoNameForPreloaded(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s", got)
 	}
@@ -357,7 +358,7 @@ func TestAPullRacingTheRemovalOfItsImageTakesNoNameForPreloaded(t *testing.T) {
 func TestAnImageACutPullLeftIsTrackedAfterItsTagMovedOn(t *testing.T) {
 	t.Parallel()
 	const refAppNext = "sha256:1212121212121212121212121212121212121212121212121212121212121212"
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	n.mirror = true
 	stoppedPull(t, s, private, podBWrong)
@@ -412,10 +413,10 @@ func (l *listHook) ListImages(ctx context.Context, req *runtimeapi.ListImagesReq
 // config naming them runs with no proof.
 func TestAGCRunsOldListDropsNoLayerMarkSetSince(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	hook := &listHook{fakeNode: n}
-	p, err := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+	p, err := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func TestAGCRunsOldListDropsNoLayerMarkSetSince(t *testing.T) {
 func TestAnImageTrackedAsArrivedKeepsItsLayersPrivate(t *testing.T) {
 	t.Parallel()
 	lAround := digest.FromString("a layer of the image that came around the proxy")
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	n.withLayers(refSecret, lBase, lSecret)
 	n.withLayers(refAround, lAround)
@@ -509,7 +510,7 @@ func TestAnImageTrackedAsArrivedKeepsItsLayersPrivate(t *testing.T) {
 func TestTheLayersOfALeftOverPullsImageArePrivateBeforeItIsSettled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.checked, s.unobserved = true, true
 	n := s.node
 	n.withLayers(refSecret, lBase, lSecret)
@@ -523,7 +524,7 @@ func TestTheLayersOfALeftOverPullsImageArePrivateBeforeItIsSettled(t *testing.T)
 	}
 	n.put(secret, refSecret)
 	n.setListErr(status.Error(codes.Unavailable, "connection refused"))
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	if _, _, err := s.guard.Recover(ctx); err == nil {
 		t.Fatal("Recover with the runtime down succeeded")
 	}

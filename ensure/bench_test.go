@@ -14,6 +14,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
@@ -39,7 +40,7 @@ func BenchmarkGuardImageStatus(b *testing.B) {
 			node.serve(private, refApp, "alice:a-pw")
 			node.serve(public, refTool, "")
 			node.preload(preloadedTag, refApp)
-			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+			p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 			g, err := ensure.NewGuard(store, p, ensure.CRIRuntime(node, node), ensure.GuardOptions{})
 			if err != nil {
 				b.Fatal(err)
@@ -85,7 +86,7 @@ func BenchmarkGuardCreateContainer(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			node := newFakeNode()
 			node.serve(signedImage, refSigned, "")
-			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+			p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 			opts := ensure.GuardOptions{Registry: node}
 			if tc.policy != nil {
 				opts.ImagePolicy = cri.NewGate(tc.policy, nil, nil)

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
@@ -47,7 +47,7 @@ func TestImageVolumesGetTheSameDecisionAsTheImage(t *testing.T) {
 		{"a mount of an image the node does not have is left to the runtime", podB, []string{"registry.test/absent:v1"}, codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			if r := s.start(podA, private, "IfNotPresent"); r != running {
 				t.Fatalf("A's own pull: %s", r)
 			}
@@ -69,18 +69,18 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		policy ensure.PolicyName
+		policy decision.PolicyName
 		image  string
 		mounts []string
 		want   codes.Code
 	}{
-		{"a restricted image by name is refused with Unavailable", ensure.NeverVerifyPreloadedImages, private, nil, codes.Unavailable},
-		{"an image by ID is refused with Unavailable", ensure.NeverVerifyPreloadedImages, refApp, nil, codes.Unavailable},
-		{"a name that may be an ID prefix is refused with Unavailable", ensure.NeverVerifyPreloadedImages, "deadbeef", nil, codes.Unavailable},
-		{"an image mount that may need verification is refused with Unavailable", ensure.NeverVerifyPreloadedImages, public, []string{refApp}, codes.Unavailable},
-		{"every image needs verification under AlwaysVerify", ensure.AlwaysVerify, public, nil, codes.Unavailable},
-		{"a repository no record restricts is forwarded (the runtime answers for itself)", ensure.NeverVerifyPreloadedImages, public, nil, codes.OK},
-		{"nothing is checked under NeverVerify", ensure.NeverVerify, refApp, []string{private}, codes.OK},
+		{"a restricted image by name is refused with Unavailable", decision.NeverVerifyPreloadedImages, private, nil, codes.Unavailable},
+		{"an image by ID is refused with Unavailable", decision.NeverVerifyPreloadedImages, refApp, nil, codes.Unavailable},
+		{"a name that may be an ID prefix is refused with Unavailable", decision.NeverVerifyPreloadedImages, "deadbeef", nil, codes.Unavailable},
+		{"an image mount that may need verification is refused with Unavailable", decision.NeverVerifyPreloadedImages, public, []string{refApp}, codes.Unavailable},
+		{"every image needs verification under AlwaysVerify", decision.AlwaysVerify, public, nil, codes.Unavailable},
+		{"a repository no record restricts is forwarded (the runtime answers for itself)", decision.NeverVerifyPreloadedImages, public, nil, codes.OK},
+		{"nothing is checked under NeverVerify", decision.NeverVerify, refApp, []string{private}, codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSetup(t, tc.policy)
@@ -94,7 +94,7 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 		})
 	}
 	t.Run("an answer about an image volume's name itself is left to the runtime's own error", func(t *testing.T) {
-		s := newSetup(t, ensure.AlwaysVerify)
+		s := newSetup(t, decision.AlwaysVerify)
 		s.start(podB, public, "IfNotPresent")
 		if code, err := createWithMounts(s, podB, public, "Not_A_Reference"); code != codes.OK {
 			t.Errorf("got %v (%v); want it forwarded", code, err)
@@ -110,7 +110,7 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 			{private, codes.Unavailable},    // a name that may be an image: still no answer
 			{"deadbeef", codes.Unavailable}, // an ID prefix likewise
 		} {
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			s.start(podA, private, "IfNotPresent")
 			s.node.statusErr = status.Error(codes.Unknown, "invalid image reference")
 			code, err := createWithMounts(s, podA, tc.image)
@@ -123,7 +123,7 @@ func TestARuntimeThatCannotAnswerRefusesWhatMayNeedVerification(t *testing.T) {
 		}
 	})
 	t.Run("a container image the runtime cannot parse is refused (it may be a checkpoint archive's path)", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		if code, err := createWithMounts(s, podA, "/var/lib/Checkpoint.tar"); code != codes.PermissionDenied {
 			t.Errorf("got %v (%v)", code, err)
 		}
@@ -135,11 +135,11 @@ func TestAContainerImageTheNodeDoesNotHaveIsRefused(t *testing.T) {
 	// containerd restores a file it finds at the image "name" as a
 	// checkpoint archive, absolute or relative to its working directory.
 	for _, image := range []string{"/var/lib/kubelet/checkpoints/checkpoint-app.tar", "var/lib/kubelet/checkpoints/checkpoint-app.tar", "registry.test/absent:v1"} {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		if code, err := createWithMounts(s, podA, image); code != codes.PermissionDenied {
 			t.Errorf("%s: got %v (%v)", image, code, err)
 		}
-		s = newSetup(t, ensure.NeverVerify)
+		s = newSetup(t, decision.NeverVerify)
 		if code, err := createWithMounts(s, podA, image); code != codes.OK {
 			t.Errorf("%s under NeverVerify: got %v (%v)", image, code, err)
 		}
@@ -211,7 +211,7 @@ func TestWaitingImageVolumesCountAsUsesOfTheImage(t *testing.T) {
 func TestARecordThatCannotBeWrittenLeavesTheImageNeedingVerification(t *testing.T) {
 	t.Parallel()
 	t.Run("B is refused by image ID when the same image is also public under another name", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		const open = "registry.test/open/app:v1"
 		s.node.serve(open, refApp, "")
 		if r := s.start(podB, open, "IfNotPresent"); r != running {
@@ -233,7 +233,7 @@ func TestARecordThatCannotBeWrittenLeavesTheImageNeedingVerification(t *testing.
 		{"by image ID", refApp},
 	} {
 		t.Run("B is refused "+tc.name+" after A's record failed to write", func(t *testing.T) {
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			s.store.(*ensuretest.MemoryStore).FailWrites = errors.New("no space left on device")
 			if r := s.start(podA, private, "IfNotPresent"); r != running {
 				t.Fatalf("A's pull: %s", r)

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
@@ -113,10 +113,10 @@ func TestEveryPullThatEndsLeavesItsImageTracked(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+				s := newSetup(t, decision.NeverVerifyPreloadedImages)
 				if checked {
 					s.checked = true
-					s.restart(t, ensure.NeverVerifyPreloadedImages)
+					s.restart(t, decision.NeverVerifyPreloadedImages)
 				}
 				mem := s.store.(*ensuretest.MemoryStore)
 				if tc.storeFails {
@@ -196,7 +196,7 @@ func assertTracked(t *testing.T, s *setup, arrived bool) {
 // many clients at once, under -race: afterwards the image is tracked.
 func TestCutPullsRaceNothingOpen(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Add(1)

@@ -13,6 +13,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -50,26 +51,26 @@ type Decider struct {
 }
 
 // policyRef boxes a Policy for atomic.Pointer.
-type policyRef struct{ Policy }
+type policyRef struct{ decision.Policy }
 
 // Policy returns the policy decisions are made under now.
-func (d *Decider) Policy() Policy { return d.policy.Load().Policy }
+func (d *Decider) Policy() decision.Policy { return d.policy.Load().Policy }
 
 // SetPolicy makes p the policy of the next decisions (a reload of the
 // configuration); decisions already under way finish under the old one.
-func (d *Decider) SetPolicy(p Policy) { d.policy.Store(&policyRef{p}) }
+func (d *Decider) SetPolicy(p decision.Policy) { d.policy.Store(&policyRef{p}) }
 
 // DeciderOptions are NewDecider's.
 type DeciderOptions struct {
 	// Expiry bounds the re-use of verified credentials (the records'
 	// maximum age); nil: records never expire.
-	Expiry *Expiry
+	Expiry *decision.Expiry
 }
 
 // NewDecider returns the core over store, policy and rt, for decisions
 // outside the daemon (records explain): the intents on disk count as pulls
 // in flight, as they do in a daemon that has not settled them yet.
-func NewDecider(store RecordStore, policy Policy, rt Runtime, opts DeciderOptions) (*Decider, error) {
+func NewDecider(store RecordStore, policy decision.Policy, rt Runtime, opts DeciderOptions) (*Decider, error) {
 	d := &Decider{}
 	if _, err := d.init(store, policy, rt, nil); err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func NewDecider(store RecordStore, policy Policy, rt Runtime, opts DeciderOption
 
 // init sets d up and returns the intents found on disk, each counted as a
 // pull in flight of its repository.
-func (d *Decider) init(store RecordStore, policy Policy, rt Runtime, log *slog.Logger) ([]Intent, error) {
+func (d *Decider) init(store RecordStore, policy decision.Policy, rt Runtime, log *slog.Logger) ([]Intent, error) {
 	d.store, d.runtime, d.log = store, rt, log
 	d.SetPolicy(policy)
 	if d.now == nil {
@@ -102,8 +103,8 @@ func (d *Decider) init(store RecordStore, policy Policy, rt Runtime, log *slog.L
 	return leftover, nil
 }
 
-// decision is the outcome of a must-verify check.
-type decision struct {
+// mustVerify is the outcome of a must-verify check.
+type mustVerify struct {
 	verify bool
 	result string // the kubelet's result name
 	rule   string // why, for the decision log and explain
@@ -146,17 +147,17 @@ type decision struct {
 // on it later (a tag added around the proxy, another preload of the same
 // digest): by ID it is decided by its record, as before, and by name per
 // repository, as above.
-func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
+func (d *Decider) decide(imageRef, repo, name string, names []string) mustVerify {
 	if imageRef == "" {
-		return decision{true, resultMustAuth, "no image ID"}
+		return mustVerify{true, resultMustAuth, "no image ID"}
 	}
 	policy := d.Policy()
 	if pre := d.store.Preloaded(imageRef); len(pre) > 0 && !policy.VerificationRequired(repo, false) {
 		switch {
 		case repo == "":
-			return decision{false, resultPolicyAllowed, "preloaded: the image was on the node, free to all pods, before the proxy first pulled it (listed as " + strings.Join(pre, ", ") + ")"}
+			return mustVerify{false, resultPolicyAllowed, "preloaded: the image was on the node, free to all pods, before the proxy first pulled it (listed as " + strings.Join(pre, ", ") + ")"}
 		case name != "" && slices.Contains(pre, name):
-			return decision{false, resultPolicyAllowed, "preloaded: listed as " + name + " before the proxy first pulled the image"}
+			return mustVerify{false, resultPolicyAllowed, "preloaded: listed as " + name + " before the proxy first pulled the image"}
 		}
 	}
 	rec, err := d.store.Get(imageRef)
@@ -164,12 +165,12 @@ func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
 		// The record is unknown: decide as if the image had been pulled
 		// with credentials, the case that needs the most.
 		if !policy.VerificationRequired(repo, true) {
-			return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
+			return mustVerify{false, resultPolicyAllowed, policy.WhyNot(repo)}
 		}
 		if !errors.Is(err, ErrRecordsUnavailable) { // said once, at start
 			d.log.Error("reading the image's record failed; it needs verification", "image", imageRef, "err", err)
 		}
-		return decision{true, resultError, "the record cannot be read: " + err.Error()}
+		return mustVerify{true, resultError, "the record cannot be read: " + err.Error()}
 	}
 	var mapping *imagePullCredentials
 	if rec != nil && repo != "" {
@@ -180,56 +181,49 @@ func (d *Decider) decide(imageRef, repo, name string, names []string) decision {
 	pulled := d.pending.has(repo) || (rec != nil && (repo == "" || mapping != nil)) ||
 		(rec == nil && (d.unrecorded.has(imageRef) || repo == "" && d.pulledAsListed(names)))
 	if !policy.VerificationRequired(repo, pulled) {
-		return decision{false, resultPolicyAllowed, policy.WhyNot(repo)}
+		return mustVerify{false, resultPolicyAllowed, policy.WhyNot(repo)}
 	}
 	if rec == nil {
-		return decision{true, resultMustAuth, "no record of a verified pull"}
+		return mustVerify{true, resultMustAuth, "no record of a verified pull"}
 	}
 	if repo == "" {
 		if d.unrecorded.has(imageRef) {
-			return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and a pull of the image could not be recorded"}
+			return mustVerify{true, resultMustAuth, "repository unknown (a lookup by ID) and a pull of the image could not be recorded"}
 		}
 		for r, c := range rec.CredentialMapping {
 			if !c.NodePodsAccessible {
-				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
+				return mustVerify{true, resultMustAuth, "repository unknown (a lookup by ID) and some repository of the image is restricted"}
 			}
 			if ok, why := d.fresh(imageRef, r, records.NodeKey); !ok {
-				return decision{true, resultMustAuth, "repository unknown (a lookup by ID) and " + r + " was " + why}
+				return mustVerify{true, resultMustAuth, "repository unknown (a lookup by ID) and " + r + " was " + why}
 			}
 		}
 		if len(rec.CredentialMapping) == 0 {
-			return decision{true, resultMustAuth, "the record has no repository"}
+			return mustVerify{true, resultMustAuth, "the record has no repository"}
 		}
-		return decision{false, resultRecordFound, "every repository of the image is accessible to all pods of the node"}
+		return mustVerify{false, resultRecordFound, "every repository of the image is accessible to all pods of the node"}
 	}
 	switch {
 	case mapping == nil:
-		return decision{true, resultMustAuth, "no verified pull as " + repo}
+		return mustVerify{true, resultMustAuth, "no verified pull as " + repo}
 	case mapping.NodePodsAccessible:
 		if ok, why := d.fresh(imageRef, repo, records.NodeKey); !ok {
-			return decision{true, resultMustAuth, repo + " was pulled anonymously or with node credentials, " + why}
+			return mustVerify{true, resultMustAuth, repo + " was pulled anonymously or with node credentials, " + why}
 		}
-		return decision{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
+		return mustVerify{false, resultRecordFound, repo + " was pulled anonymously or with node credentials"}
 	}
 	if len(mapping.KubernetesSecrets) == 0 && len(mapping.KubernetesServiceAccounts) == 0 {
 		// Recorded with no credential: a pull that failed, was cut or was
 		// aborted left it (anonymous or not), unverified by the registry.
-		return decision{true, resultMustAuth, repo + " arrived by a pull the registry did not verify (failed, cut or aborted)"}
+		return mustVerify{true, resultMustAuth, repo + " arrived by a pull the registry did not verify (failed, cut or aborted)"}
 	}
-	return decision{true, resultMustAuth, repo + " was pulled with credentials"}
+	return mustVerify{true, resultMustAuth, repo + " was pulled with credentials"}
 }
 
 type (
 	imagePullCredentials = kubeletconfigv1beta1.ImagePullCredentials
 	kubeletSecret        = kubeletconfigv1beta1.ImagePullSecret
 )
-
-func orUnknown(repo string) string {
-	if repo == "" {
-		return "(unknown repository)"
-	}
-	return repo
-}
 
 // verified reports whether the request's credential (its salted hash,
 // "" for none) is already verified for imageRef as repo. A pod's other
@@ -266,14 +260,19 @@ func (d *Decider) verified(imageRef, repo, hash string) (bool, string) {
 // would refuse.
 func (d *Decider) repoMayNeedVerification(repo string) bool {
 	policy := d.Policy()
-	if policy.MayNeedVerification(repo, d) {
+	if policy.MayNeedVerification(repo, deciderMemory{d}) {
 		return true
 	}
 	return d.Expiry().MaxAge(repo) > 0 && policy.VerificationRequired(repo, true)
 }
 
-func (d *Decider) pullInFlight(repo string) bool { return d.pending.has(repo) }
-func (d *Decider) restricted(repo string) bool   { return d.store.Restricted(repo) }
+// deciderMemory is the Decider's memory as a policy reads it.
+type deciderMemory struct{ d *Decider }
+
+func (m deciderMemory) PullInFlight(repo string) bool { return m.d.pending.has(repo) }
+func (m deciderMemory) Restricted(repo string) bool   { return m.d.restricted(repo) }
+
+func (d *Decider) restricted(repo string) bool { return d.store.Restricted(repo) }
 
 // parse is imageref's parse of image, remembered: the same few names
 // come back on every kubelet sync, and parsing one costs microseconds.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 )
 
 // TestTheDeciderAloneDecidesAsTheGuard: records explain with no daemon
@@ -14,16 +15,16 @@ import (
 func TestTheDeciderAloneDecidesAsTheGuard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, name := range ensure.Policies {
-		policy := ensure.PolicyName(name)
+	for _, name := range decision.Policies {
+		policy := decision.PolicyName(name)
 		var allow []string
-		if policy == ensure.NeverVerifyAllowlistedImages {
+		if policy == decision.NeverVerifyAllowlistedImages {
 			allow = []string{"registry.test/public/*"}
 		}
 		s := newSetup(t, policy, allow...)
 		s.node.preload(public, refTool)
 		s.start(podA, private, "IfNotPresent") // A pulls the private image with its secret
-		p, err := ensure.NewPolicy(policy, allow)
+		p, err := decision.NewPolicy(policy, allow)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,17 +58,17 @@ func TestTheDeciderAloneDecidesAsTheGuard(t *testing.T) {
 // record age, given to NewDecider, nothing set afterwards.
 func TestTheDeciderTakesItsExpiryFromItsConstructor(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-	p, err := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
+	p, err := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name   string
-		expiry *ensure.Expiry
+		expiry *decision.Expiry
 	}{
 		{"no maximum age", nil},
-		{"a maximum age", &ensure.Expiry{Default: time.Hour}},
+		{"a maximum age", &decision.Expiry{Default: time.Hour}},
 	} {
 		core, err := ensure.NewDecider(s.store, p, ensure.CRIRuntime(s.node, s.node), ensure.DeciderOptions{Expiry: tc.expiry})
 		if err != nil {

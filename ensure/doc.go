@@ -9,7 +9,7 @@
 // CreateContainer; ImageStatus carries none. So:
 //
 //   - ImageStatus by name: when the image is present but its repository
-//     needs verification for this node (Policy.VerificationRequired), the answer is
+//     needs verification for this node (decision.Policy.VerificationRequired), the answer is
 //     "not present": the kubelet then pulls (IfNotPresent) or refuses
 //     (Never) with the message it uses for a missing image. Lookups by image
 //     ID are answered as the runtime answers them.

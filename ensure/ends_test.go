@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/imagepolicytest"
 )
@@ -71,7 +72,7 @@ func TestEveryEndKeepsTheSameFacts(t *testing.T) {
 			name: "verified, the image on the node before under another name: that name stays free",
 			run: func(t *testing.T, s *setup) (string, string, func()) {
 				s.node.preload("registry.test/base/app:node", refApp)
-				s.restart(t, ensure.NeverVerifyPreloadedImages)
+				s.restart(t, decision.NeverVerifyPreloadedImages)
 				if got := s.start(podA, private, "IfNotPresent"); got != running {
 					t.Fatalf("A: %s", got)
 				}
@@ -193,7 +194,7 @@ func TestEveryEndKeepsTheSameFacts(t *testing.T) {
 					t.Fatal(err)
 				}
 				s.node.put(private, refApp)
-				s.restart(t, ensure.NeverVerifyPreloadedImages)
+				s.restart(t, decision.NeverVerifyPreloadedImages)
 				if _, _, err := s.guard.Recover(context.Background()); err != nil {
 					t.Fatalf("Recover: %v", err)
 				}
@@ -217,14 +218,14 @@ func TestEveryEndKeepsTheSameFacts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			s.checked = true
 			s.node.mirror = true // the runtime pulls through a mirror that serves anyone
 			if tc.policy {
 				s.node.serve(unsignedImage, refUnsigned, "")
 				s.imagePolicy = newSecurePolicy()
 			}
-			s.restart(t, ensure.NeverVerifyPreloadedImages)
+			s.restart(t, decision.NeverVerifyPreloadedImages)
 			image, id, late := tc.run(t, s)
 
 			intents, err := s.store.Intents()
@@ -359,7 +360,7 @@ func TestALeftoversLayersArePrivate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 			n := s.node
 			n.mirror = true
 			n.withLayers(refSecret, lBase, lSecret)
@@ -403,14 +404,14 @@ func TestALeftoversLayersArePrivate(t *testing.T) {
 // a private layer meanwhile is refused, then tracked by that look.
 func TestTheNodeIsObservedOnlyOnceALookSucceeds(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.checked, s.unobserved = true, true
 	n := s.node
 	n.withLayers(refSecret, lBase, lSecret)
 	n.withLayers(refAround, lSecret)
 	n.serve(secret, refSecret, "alice:a-pw")
 	n.setListErr(status.Error(codes.Unavailable, "connection refused"))
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	if err := s.guard.ObserveLayers(context.Background()); err == nil || s.guard.Observed() {
 		t.Fatalf("the first look with the runtime down: %v, observed %v", err, s.guard.Observed())
 	}
@@ -485,7 +486,7 @@ func TestAPullRefusedByPolicyLeavesTheNodeAsItWas(t *testing.T) {
 // could not be written says so, never that the credential was recorded.
 func TestTheLogSaysACredentialWasRecordedOnlyWhenItWas(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	s.store.(*ensuretest.MemoryStore).FailWrites = errors.New("no space left on device")
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s", got)
@@ -505,7 +506,7 @@ func TestTheLogSaysACredentialWasRecordedOnlyWhenItWas(t *testing.T) {
 // from the node with the ID of an image that is gone.
 func TestAHideOfAnImageGoneSinceAnswersNoPull(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s", got)
 	}
@@ -537,10 +538,10 @@ func TestAHideOfAnImageGoneSinceAnswersNoPull(t *testing.T) {
 // record per image.
 func TestARuntimeThatWritesBareIDs(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.checked = true
 	s.node.bareIDs = true
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	bare := strings.TrimPrefix(refApp, "sha256:")
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s\n%s", got, s.log.String())
@@ -583,10 +584,10 @@ func TestARuntimeThatWritesBareIDs(t *testing.T) {
 // keeps the names the image was free by before, as after the look.
 func TestAPullDuringTheFirstLookWaitsForIt(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	s.unobserved = true
 	s.node.preload("registry.test/base/app:node", refApp)
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	endLook := s.guard.Looking()
 	atRuntime := make(chan struct{})
 	var once sync.Once
@@ -636,10 +637,10 @@ func (w *writeCounter) RecordPull(ref, repo string, cred ensure.Credential, inte
 // the verification time is written again.
 func TestARecheckOfARecordedCredentialWritesNothing(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	w := &writeCounter{RecordStore: s.store}
 	s.store = w
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s", got)
 	}
@@ -668,16 +669,16 @@ func TestARecheckOfARecordedCredentialWritesNothing(t *testing.T) {
 // must not keep an expired record expired).
 func TestAnExpiredRecordsNewVerificationIsWritten(t *testing.T) {
 	t.Parallel()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
-	s.guard.SetExpiry(&ensure.Expiry{Default: 3 * time.Second})
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
+	s.guard.SetExpiry(&decision.Expiry{Default: 3 * time.Second})
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s", got)
 	}
 	s.clock.Step(4 * time.Second)
 	w := &writeCounter{RecordStore: s.store}
 	s.store = w
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
-	s.guard.SetExpiry(&ensure.Expiry{Default: 3 * time.Second})
+	s.restart(t, decision.NeverVerifyPreloadedImages)
+	s.guard.SetExpiry(&decision.Expiry{Default: 3 * time.Second})
 	if got := s.start(podA2, private, "IfNotPresent"); got != running {
 		t.Fatalf("A's second pod, past the age: %s", got)
 	}

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -30,7 +30,7 @@ func TestRecordExpiry(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		expiry *ensure.Expiry
+		expiry *decision.Expiry
 		steps  []step
 	}{
 		{
@@ -43,7 +43,7 @@ func TestRecordExpiry(t *testing.T) {
 		},
 		{
 			name:   "within the maximum age the credential is re-used; past it, verified again once, then re-used",
-			expiry: &ensure.Expiry{Default: time.Hour},
+			expiry: &decision.Expiry{Default: time.Hour},
 			steps: []step{
 				{0, podA, private, "IfNotPresent", running, 1},
 				{59 * time.Minute, podA2, private, "IfNotPresent", running, 0},
@@ -53,7 +53,7 @@ func TestRecordExpiry(t *testing.T) {
 		},
 		{
 			name:   "past the maximum age a Never pod is refused, an IfNotPresent pod verifies again",
-			expiry: &ensure.Expiry{Default: time.Hour},
+			expiry: &decision.Expiry{Default: time.Hour},
 			steps: []step{
 				{0, podA, private, "IfNotPresent", running, 1},
 				{2 * time.Hour, podA2, private, "Never", errNeverPull, 0},
@@ -62,7 +62,7 @@ func TestRecordExpiry(t *testing.T) {
 		},
 		{
 			name:   "a repository pattern overrides the default age",
-			expiry: &ensure.Expiry{Default: 100 * time.Hour, ByRepository: []ensure.RepositoryAge{{Pattern: "registry.test/team-a", MaxAge: time.Minute}}},
+			expiry: &decision.Expiry{Default: 100 * time.Hour, ByRepository: []decision.RepositoryAge{{Pattern: "registry.test/team-a", MaxAge: time.Minute}}},
 			steps: []step{
 				{0, podA, private, "IfNotPresent", running, 1},
 				{2 * time.Minute, podA2, private, "IfNotPresent", running, 1},
@@ -70,7 +70,7 @@ func TestRecordExpiry(t *testing.T) {
 		},
 		{
 			name:   "an anonymous pull expires too: every pod then pulls once more",
-			expiry: &ensure.Expiry{Default: time.Hour},
+			expiry: &decision.Expiry{Default: time.Hour},
 			steps: []step{
 				{0, podB, public, "IfNotPresent", running, 1},
 				{30 * time.Minute, pod{uid: "c"}, public, "Never", running, 0},
@@ -81,7 +81,7 @@ func TestRecordExpiry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			s.guard.SetExpiry(tc.expiry)
 			for i, st := range tc.steps {
 				s.clock.Step(st.after)
@@ -103,9 +103,9 @@ func TestRecordExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer store.Close()
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.store = store
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		s.node.preload(private, refApp)
 		// The record an older version wrote: A's hash, no verification time.
 		rec := &ensure.Record{ImageRef: refApp, LastUpdatedTime: metav1.NewTime(s.clock.Now()), CredentialMapping: map[string]kubeletconfigv1beta1.ImagePullCredentials{
@@ -117,7 +117,7 @@ func TestRecordExpiry(t *testing.T) {
 		if got := s.start(podA2, private, "IfNotPresent"); got != running || s.node.registryRequests()-before != 0 {
 			t.Fatalf("with no maximum age: %s, %d requests; want a re-use", got, s.node.registryRequests()-before)
 		}
-		s.guard.SetExpiry(&ensure.Expiry{Default: 1000 * time.Hour})
+		s.guard.SetExpiry(&decision.Expiry{Default: 1000 * time.Hour})
 		before = s.node.registryRequests()
 		if got := s.start(pod{uid: "a3", creds: podA.creds}, private, "IfNotPresent"); got != running || s.node.registryRequests()-before != 1 {
 			t.Errorf("with a maximum age: %s, %d requests; want one verification", got, s.node.registryRequests()-before)
@@ -128,35 +128,14 @@ func TestRecordExpiry(t *testing.T) {
 	})
 }
 
-func TestExpiryValidate(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		expiry ensure.Expiry
-		want   string
-	}{
-		{"a negative age is refused", ensure.Expiry{Default: -time.Second}, "maxRecordAge"},
-		{"a pattern whose host glob is malformed is refused", ensure.Expiry{ByRepository: []ensure.RepositoryAge{{Pattern: "reg[istry.test/team-a", MaxAge: time.Hour}}}, "pattern"},
-		{"a pattern without an age is refused", ensure.Expiry{ByRepository: []ensure.RepositoryAge{{Pattern: "registry.test/*"}}}, "maxAge"},
-		{"a default and a pattern are fine", ensure.Expiry{Default: time.Hour, ByRepository: []ensure.RepositoryAge{{Pattern: "*.example.com/secret", MaxAge: time.Minute}}}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			errs := tc.expiry.Validate(field.NewPath("ensureSecretPulledImages"))
-			if got := errs.ToAggregate(); (tc.want == "") != (got == nil) || (got != nil && !strings.Contains(got.Error(), tc.want)) {
-				t.Errorf("got %v, want an error naming %q", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestAVerificationTimeInTheFutureIsNotFresh: a clock that ran ahead and
 // was corrected leaves verification times in the future; such a time
 // counts as expired (the credential is verified again), not as fresh for
 // as long as the clock was wrong, and the operator is told once.
 func TestAVerificationTimeInTheFutureIsNotFresh(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
-	s.guard.SetExpiry(&ensure.Expiry{Default: time.Hour})
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
+	s.guard.SetExpiry(&decision.Expiry{Default: time.Hour})
 	s.clock.Step(24 * time.Hour) // the clock runs a day ahead
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("tenant A's pull: %s", got)

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -27,7 +28,7 @@ func FuzzImageNamesAtCreateContainer(f *testing.F) {
 		f.Add(s, true)
 	}
 	f.Fuzz(func(t *testing.T, name string, asMount bool) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		if got := s.start(podA, private, "IfNotPresent"); got != running {
 			t.Fatalf("A: %s", got)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -120,7 +121,7 @@ type GuardOptions struct {
 	ImagePolicy ImagePolicy
 	// Expiry bounds the re-use of verified credentials from the start
 	// (SetExpiry changes it later); nil: records never expire.
-	Expiry *Expiry
+	Expiry *decision.Expiry
 }
 
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
@@ -178,7 +179,7 @@ type Guard struct {
 
 // NewGuard returns the enforcer of policy over store; rt reaches the
 // runtime directly, around the interceptors.
-func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
+func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(), observedNow: make(chan struct{}),
 		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests,
@@ -221,7 +222,7 @@ func NewGuard(store RecordStore, policy Policy, rt Runtime, opts GuardOptions) (
 }
 
 // countedDecide is the Decider's decide, counted in the metrics.
-func (g *Guard) countedDecide(imageRef, repo, name string, names []string) decision {
+func (g *Guard) countedDecide(imageRef, repo, name string, names []string) mustVerify {
 	d := g.decide(imageRef, repo, name, names)
 	g.metrics.checks.WithLabelValues(d.result).Inc()
 	return d

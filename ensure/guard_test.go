@@ -20,6 +20,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
@@ -85,7 +86,7 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func newSetup(t *testing.T, policy ensure.PolicyName, allowlist ...string) *setup {
+func newSetup(t *testing.T, policy decision.PolicyName, allowlist ...string) *setup {
 	t.Helper()
 	s := &setup{node: newFakeNode(), store: ensuretest.NewMemoryStore(), clock: testclock.NewFakeClock(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)), log: &syncBuffer{}}
 	s.node.serve(private, refApp, "alice:a-pw", "bob:b-pw")
@@ -96,9 +97,9 @@ func newSetup(t *testing.T, policy ensure.PolicyName, allowlist ...string) *setu
 
 // restart makes a new guard on the same store and node, as a restart of
 // the daemon does (in-memory grants and hides are lost).
-func (s *setup) restart(t *testing.T, policy ensure.PolicyName, allowlist ...string) {
+func (s *setup) restart(t *testing.T, policy decision.PolicyName, allowlist ...string) {
 	t.Helper()
-	p, err := ensure.NewPolicy(policy, allowlist)
+	p, err := decision.NewPolicy(policy, allowlist)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestDecisionTable(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		name      string
-		policy    ensure.PolicyName
+		policy    decision.PolicyName
 		allowlist []string
 		preload   bool     // the private image is baked into the node
 		preloadAs []string // the private image's digest is baked in under these names
@@ -369,7 +370,7 @@ func TestDecisionTable(t *testing.T) {
 		},
 		{
 			name:   "NeverVerify: anyone uses a present image",
-			policy: ensure.NeverVerify,
+			policy: decision.NeverVerify,
 			steps: []step{
 				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
 				{pod: podB, image: private, pullPolicy: "Never", want: running, requests: 0},
@@ -377,7 +378,7 @@ func TestDecisionTable(t *testing.T) {
 		},
 		{
 			name:    "AlwaysVerify: even a preloaded image needs a verified credential",
-			policy:  ensure.AlwaysVerify,
+			policy:  decision.AlwaysVerify,
 			preload: true,
 			steps: []step{
 				{pod: podB, image: private, pullPolicy: "Never", want: errNeverPull, requests: 0},
@@ -445,7 +446,7 @@ func TestDecisionTable(t *testing.T) {
 		},
 		{
 			name:      "AlwaysVerify: preloaded names change nothing: verified before and after A's pull",
-			policy:    ensure.AlwaysVerify,
+			policy:    decision.AlwaysVerify,
 			preloadAs: []string{sameRepo, otherRepo},
 			steps: []step{
 				{pod: podB, image: sameRepo, pullPolicy: "Never", want: errNeverPull},
@@ -456,7 +457,7 @@ func TestDecisionTable(t *testing.T) {
 		},
 		{
 			name:      "NeverVerifyAllowlistedImages: preloaded names change nothing: the allowlist alone decides, before and after A's pull",
-			policy:    ensure.NeverVerifyAllowlistedImages,
+			policy:    decision.NeverVerifyAllowlistedImages,
 			allowlist: []string{"registry.test/base/*"},
 			preloadAs: []string{sameRepo, otherRepo},
 			steps: []step{
@@ -470,7 +471,7 @@ func TestDecisionTable(t *testing.T) {
 		},
 		{
 			name:      "NeverVerify: preloaded names change nothing: any pod uses any present image",
-			policy:    ensure.NeverVerify,
+			policy:    decision.NeverVerify,
 			preloadAs: []string{sameRepo},
 			steps: []step{
 				{pod: podA, image: private, pullPolicy: "IfNotPresent", want: running, requests: 1},
@@ -479,7 +480,7 @@ func TestDecisionTable(t *testing.T) {
 		},
 		{
 			name:      "NeverVerifyAllowlistedImages: an allowlisted image is free, another preloaded one is not",
-			policy:    ensure.NeverVerifyAllowlistedImages,
+			policy:    decision.NeverVerifyAllowlistedImages,
 			allowlist: []string{"registry.test/public/*"},
 			preload:   true,
 			steps: []step{
@@ -494,7 +495,7 @@ func TestDecisionTable(t *testing.T) {
 			t.Parallel()
 			policy := tc.policy
 			if policy == "" {
-				policy = ensure.NeverVerifyPreloadedImages
+				policy = decision.NeverVerifyPreloadedImages
 			}
 			s := newSetup(t, policy, tc.allowlist...)
 			if tc.preload {
@@ -536,7 +537,7 @@ func TestCreateContainer(t *testing.T) {
 	}
 
 	t.Run("a container started by another route is refused, naming image and pod", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		err := create(s, podB, refApp, private)
 		if status.Code(toStatus(err)) != codes.PermissionDenied || !strings.Contains(err.Error(), private) || !strings.Contains(err.Error(), "uid b1") {
@@ -544,7 +545,7 @@ func TestCreateContainer(t *testing.T) {
 		}
 	})
 	t.Run("the refused pod is told only the image it named; the image ID and the rule go to the operator's log", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		err := create(s, podB, refApp, private)
 		if status.Code(toStatus(err)) != codes.PermissionDenied {
@@ -563,7 +564,7 @@ func TestCreateContainer(t *testing.T) {
 		}
 	})
 	t.Run("an image given by ID only is refused when some repository of it is restricted", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		if err := create(s, podB, refApp, ""); status.Code(toStatus(err)) != codes.PermissionDenied {
 			t.Errorf("got %v", err)
@@ -573,14 +574,14 @@ func TestCreateContainer(t *testing.T) {
 		}
 	})
 	t.Run("the pod that pulled the image may create its container", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		if err := create(s, podA, refApp, private); err != nil {
 			t.Errorf("got %v", err)
 		}
 	})
 	t.Run("removing the pod's sandbox drops its grants", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.sandboxes["sandbox-a1"] = "a1"
 		s.start(podA, private, "IfNotPresent")
 		if _, err := s.guard.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sandbox-a1"}, s.node.RemovePodSandbox); err != nil {
@@ -591,7 +592,7 @@ func TestCreateContainer(t *testing.T) {
 		}
 	})
 	t.Run("when the store fails, verification is required", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.preload(private, refApp) // preloaded: normally free
 		s.store.(*ensuretest.MemoryStore).Fail = errors.New("disk on fire")
 		if err := create(s, podB, refApp, private); status.Code(toStatus(err)) != codes.PermissionDenied {
@@ -606,7 +607,7 @@ func TestCreateContainer(t *testing.T) {
 
 func TestImageStatusByIDIsAnsweredAsTheRuntimeAnswers(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.start(podA, private, "IfNotPresent")
 	ctx := context.Background()
 	for _, img := range []string{refApp, refApp[7:]} {
@@ -626,19 +627,19 @@ func TestRecordsAndIntents(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("a failed pull leaves no intent and no record", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podBWrong, private, "IfNotPresent")
 		if r, i, _ := s.store.Counts(); r != 0 || i != 0 {
 			t.Errorf("%d records, %d intents", r, i)
 		}
 	})
 	t.Run("an intent left by a crash makes the image need verification by everyone", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		// The crash: the runtime finished the pull, the record was not written.
 		s.store.AddIntent(private)
 		s.node.preload(private, refApp)
 		s.unobserved = true // Recover settles it here, not the first look (which would too)
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		if got := s.start(podB, private, "Never"); got != errNeverPull {
 			t.Errorf("before the intents are settled a Never pod got %s", got)
 		}
@@ -656,12 +657,12 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("an intent of repo:tag@digest matches the image containerd lists as repo@digest", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		dgst := "sha256:" + strings.Repeat("3", 64)
 		s.store.AddIntent("registry.test/team-a/app:v1@" + dgst)
 		s.node.preload("registry.test/team-a/app@"+dgst, refApp)
 		s.unobserved = true // Recover settles it here, not the first look (which would too)
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		if n, d, err := s.guard.Recover(ctx); n != 1 || d != 0 || err != nil {
 			t.Fatalf("Recover = %d converted, %d dropped, %v; want the intent converted", n, d, err)
 		}
@@ -670,9 +671,9 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("an intent whose image is not listed is kept: the image, appearing later, needs verification", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.store.AddIntent(private)
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		if n, k, err := s.guard.Recover(ctx); n != 0 || k != 1 || err != nil {
 			t.Fatalf("Recover = %d converted, %d kept, %v", n, k, err)
 		}
@@ -693,9 +694,9 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("a kept intent is settled by a pull of its image through the proxy", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.store.AddIntent(private)
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		s.guard.Recover(ctx)
 		if got := s.start(podA, private, "IfNotPresent"); got != running {
 			t.Fatalf("A: %s", got)
@@ -705,12 +706,12 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("before a first settle, a failed pull of a crashed pull's image does not drop its intent", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		// The crash: the runtime finished A's pull, the record was not
 		// written; the runtime did not answer at the restart, so no settle.
 		s.store.AddIntent(private)
 		s.node.preload(private, refApp)
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		if got := s.start(podBWrong, private, "Always"); got != errImagePull {
 			t.Fatalf("B with a wrong password: %s", got)
 		}
@@ -719,17 +720,17 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("an intent whose name is no reference protects nothing and is dropped", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.store.AddIntent("Not A Reference")
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		if n, k, err := s.guard.Recover(ctx); n != 0 || k != 0 || err != nil {
 			t.Errorf("Recover = %d converted, %d kept, %v", n, k, err)
 		}
 	})
 	t.Run("records survive a restart; grants do not, which costs a pull from the node, not the registry", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		before := s.node.registryRequests()
 		if got := s.start(podA2, private, "IfNotPresent"); got != running {
 			t.Errorf("after a restart: %s", got)
@@ -742,7 +743,7 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("RemoveImage drops the record", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		if _, err := s.guard.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: private}}, s.node.RemoveImage); err != nil {
 			t.Fatal(err)
@@ -752,7 +753,7 @@ func TestRecordsAndIntents(t *testing.T) {
 		}
 	})
 	t.Run("GC drops records of images gone, after the grace period", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		s.node.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: private}}) // behind the proxy's back
 		if r, _, _ := s.guard.GC(ctx); r != 0 {
@@ -771,11 +772,11 @@ func TestEveryPolicyIsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range ensure.Policies {
+	for _, name := range decision.Policies {
 		if !strings.Contains(string(doc), "`"+name+"`") {
 			t.Errorf("docs/configuration.md does not name policy %s", name)
 		}
-		if !strings.Contains(ensure.PolicyHelp(), name+": ") {
+		if !strings.Contains(decision.PolicyHelp(), name+": ") {
 			t.Errorf("the flag help does not say what %s does", name)
 		}
 	}
@@ -785,22 +786,22 @@ func TestPolicyValidation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
-		policy    ensure.PolicyName
+		policy    decision.PolicyName
 		allowlist []string
 		want      string
 	}{
 		{"an unknown policy is refused", "Sometimes", nil, "Unsupported value"},
-		{"an allowlist without its policy is refused", ensure.AlwaysVerify, []string{"registry.test/app"}, "only with policy NeverVerifyAllowlistedImages"},
-		{"an empty pattern is refused", ensure.NeverVerifyAllowlistedImages, []string{""}, "empty"},
-		{"spaces are refused", ensure.NeverVerifyAllowlistedImages, []string{" registry.test/app"}, "spaces"},
-		{"a wildcard other than a trailing /* is refused", ensure.NeverVerifyAllowlistedImages, []string{"registry.test/*/app"}, "only a trailing /*"},
-		{"a lone /* is refused", ensure.NeverVerifyAllowlistedImages, []string{"/*"}, "registry hostname is required"},
-		{"a tag is refused", ensure.NeverVerifyAllowlistedImages, []string{"registry.test/app:v1"}, "normalized repository"},
-		{"a short name is refused", ensure.NeverVerifyAllowlistedImages, []string{"nginx"}, "docker.io/library/nginx"},
-		{"valid patterns pass", ensure.NeverVerifyAllowlistedImages, []string{"docker.io/library/nginx", "registry.test/team/*"}, ""},
+		{"an allowlist without its policy is refused", decision.AlwaysVerify, []string{"registry.test/app"}, "only with policy NeverVerifyAllowlistedImages"},
+		{"an empty pattern is refused", decision.NeverVerifyAllowlistedImages, []string{""}, "empty"},
+		{"spaces are refused", decision.NeverVerifyAllowlistedImages, []string{" registry.test/app"}, "spaces"},
+		{"a wildcard other than a trailing /* is refused", decision.NeverVerifyAllowlistedImages, []string{"registry.test/*/app"}, "only a trailing /*"},
+		{"a lone /* is refused", decision.NeverVerifyAllowlistedImages, []string{"/*"}, "registry hostname is required"},
+		{"a tag is refused", decision.NeverVerifyAllowlistedImages, []string{"registry.test/app:v1"}, "normalized repository"},
+		{"a short name is refused", decision.NeverVerifyAllowlistedImages, []string{"nginx"}, "docker.io/library/nginx"},
+		{"valid patterns pass", decision.NeverVerifyAllowlistedImages, []string{"docker.io/library/nginx", "registry.test/team/*"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ensure.NewPolicy(tc.policy, tc.allowlist)
+			_, err := decision.NewPolicy(tc.policy, tc.allowlist)
 			if tc.want == "" {
 				if err != nil {
 					t.Errorf("got %v", err)
@@ -820,11 +821,11 @@ func TestTheFilterNeverSkipsAHide(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// Every policy of the table, a new one included, must pass.
-	for _, name := range ensure.Policies {
-		policy := ensure.PolicyName(name)
+	for _, name := range decision.Policies {
+		policy := decision.PolicyName(name)
 		for _, preload := range []bool{false, true} {
 			var allow []string
-			if policy == ensure.NeverVerifyAllowlistedImages {
+			if policy == decision.NeverVerifyAllowlistedImages {
 				allow = []string{"registry.test/public/*"}
 			}
 			s := newSetup(t, policy, allow...)

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
 
 // TestHostileNamesLeaveTheGuardsHeapWhereItWas: 1,000 ImageStatus calls
@@ -21,7 +20,7 @@ import (
 // them either (a name with no repository is never hidden: CreateContainer
 // decides by the image ID). Not parallel: the heap is the process's.
 func TestHostileNamesLeaveTheGuardsHeapWhereItWas(t *testing.T) {
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.start(podA, private, "IfNotPresent") // a record: hiding has work to do
 	ctx := context.Background()
 	heap := func() uint64 {

@@ -16,7 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
 )
@@ -119,11 +119,11 @@ type imagePolicyPath struct {
 
 func imagePolicyPaths(t *testing.T, engine cri.Policy, serve func(n *fakeNode)) map[string]imagePolicyPath {
 	ctx := context.Background()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.checked = true
 	serve(s.node)
 	s.imagePolicy = engine
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	n := newFakeNode()
 	serve(n)
 	h := cri.NewHooks(engine, nil, n, crireq.RuntimeImages(n), slog.New(slog.DiscardHandler))

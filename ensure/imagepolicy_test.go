@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/imagepolicytest"
 )
@@ -36,14 +36,14 @@ var (
 // an image policy for namespace secure, and public images, one signed.
 func newPolicySetup(t *testing.T) (*setup, *imagepolicytest.Policy) {
 	t.Helper()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.checked = true
 	s.node.serve(signedImage, refSigned, "")
 	s.node.serve(unsignedImage, refUnsigned, "")
 	f := imagepolicytest.NewPolicy("secure")
 	f.Sign(manifestDigest(refSigned))
 	s.imagePolicy = f
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	return s, f
 }
 
@@ -163,7 +163,7 @@ func TestImagePolicyWithEnsure(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "secure", Name: "pod-" + podSecure.uid, UID: types.UID(podSecure.uid)},
 			Spec:       corev1.PodSpec{ServiceAccountName: "web"},
 		}}}
-		s.restart(t, ensure.NeverVerifyPreloadedImages)
+		s.restart(t, decision.NeverVerifyPreloadedImages)
 		if got := s.start(podSecure, signedImage, "IfNotPresent"); got != running {
 			t.Fatalf("%s, want %s", got, running)
 		}
@@ -243,11 +243,11 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	s.checked = true
 	s.node.serve(signedImage, refSigned, "")
 	s.imagePolicy = engine
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	countRuns := func() int {
 		b, _ := os.ReadFile(runs)
 		return strings.Count(string(b), "run")

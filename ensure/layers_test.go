@@ -6,10 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/opencontainers/go-digest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
 
 // Images of the layer tests: A's private image, and images of B's (own
@@ -41,7 +40,7 @@ var (
 // says so), and base preloaded and seen before A's pull.
 func layerSetup(t *testing.T) *setup {
 	t.Helper()
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	n := s.node
 	n.withLayers(refSecret, lBase, lSecret)
 	n.withLayers(refForged, lBase, lSecret)
@@ -141,7 +140,7 @@ func TestNoDigestIsAKeyToAnotherTenantsLayers(t *testing.T) {
 	})
 	t.Run("a layer another tenant's pull unpacks while B's runtime pulls is proven, and the image B's pull left is tracked", func(t *testing.T) {
 		t.Parallel()
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		n := s.node
 		n.withLayers(refSecret, lSecret)
 		n.withLayers(refForged, lSecret)

@@ -102,7 +102,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	}
 	if len(c.KubernetesServiceAccounts) > 0 {
 		if sa := g.podAccount(ctx, pod, repo); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
-			ok, why := g.fresh(imageRef, repo, accountKey(*sa))
+			ok, why := g.fresh(imageRef, repo, records.AccountKey(*sa))
 			if ok {
 				return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
 			}
@@ -126,7 +126,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 			// The kubelet's deliberate choice for rotated secrets: the same
 			// secret (namespace, name and UID) with new content still
 			// entitles its pods.
-			ok, why := g.fresh(imageRef, repo, secretKeys(c.KubernetesSecrets[i])...)
+			ok, why := g.fresh(imageRef, repo, records.SecretKeys(c.KubernetesSecrets[i])...)
 			if ok {
 				return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
 			}

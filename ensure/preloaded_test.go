@@ -10,7 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -29,7 +29,7 @@ func TestTheNamesListedBeforeAPullStayPreloaded(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("its other tags and repositories; not the pulled name, nor the digests of its repository", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		for _, name := range []string{preloadedTag, preloadedRepo, "registry.test/team-a/app@" + manifestDigest(refApp)} {
 			s.node.preload(name, refApp)
 		}
@@ -45,7 +45,7 @@ func TestTheNamesListedBeforeAPullStayPreloaded(t *testing.T) {
 	})
 
 	t.Run("an image that came through the proxy first has none", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		s.node.preload(preloadedTag, refApp)
 		s.start(podA2, private, "Always")
@@ -55,7 +55,7 @@ func TestTheNamesListedBeforeAPullStayPreloaded(t *testing.T) {
 	})
 
 	t.Run("a name another pull in flight may have added is left out", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.preload(preloadedTag, refApp)
 		// C's pull of the same digest under another repository: the
 		// runtime has given the image its name, the pull has not answered.
@@ -87,7 +87,7 @@ func TestTheNamesListedBeforeAPullStayPreloaded(t *testing.T) {
 	})
 
 	t.Run("a pull that failed but left its image keeps them too", func(t *testing.T) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.preload(preloadedTag, refApp)
 		_, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("bob:wrong"), SandboxConfig: podBWrong.sandbox()},
 			func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
@@ -122,10 +122,10 @@ func TestAPreloadedNameSurvivesAReopenedDatabase(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		return st
 	}
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	first := open()
 	s.store = first
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	s.node.preload(preloadedTag, refApp)
 	s.node.preload(preloadedRepo, refApp)
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
@@ -133,7 +133,7 @@ func TestAPreloadedNameSurvivesAReopenedDatabase(t *testing.T) {
 	}
 	first.Close()
 	s.store = open()
-	s.restart(t, ensure.NeverVerifyPreloadedImages)
+	s.restart(t, decision.NeverVerifyPreloadedImages)
 	for _, tc := range []struct {
 		image string
 		byID  bool
@@ -190,7 +190,7 @@ func TestPreloadedNamesAndSharedLayers(t *testing.T) {
 			refOther = "sha256:abababababababababababababababababababababababababababababababab"
 		)
 		lShared := digest.FromString("a layer the preloaded image brought")
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.withLayers(refApp, lShared)
 		s.node.withLayers(refOther, lShared)
 		s.node.preload(preloadedTag, refApp)

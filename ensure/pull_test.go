@@ -6,7 +6,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
 
@@ -26,13 +26,13 @@ func TestTheRecordHoldsTheCredentialThatSucceeded(t *testing.T) {
 		{"the request's credential accepted: its hash", nil, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			if tc.used != nil {
 				// The kubelet sends bob's credential; injection retries with
 				// the plugin's (alice's) when the registry refuses it.
 				s.node.allowed["registry.test/team-a/app"]["bob:b-pw"] = false
 				s.credentials = pluginPull("alice:a-pw", *tc.used)
-				s.restart(t, ensure.NeverVerifyPreloadedImages)
+				s.restart(t, decision.NeverVerifyPreloadedImages)
 			}
 			_, err := s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("bob:b-pw"), SandboxConfig: podBOwn.sandbox()}, s.runtimePull)
 			if err != nil {

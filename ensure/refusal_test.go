@@ -5,11 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
 
 // TestARefusalSaysWhatHappened: an anonymous pull the runtime answered
@@ -23,7 +22,7 @@ func TestARefusalSaysWhatHappened(t *testing.T) {
 	t.Parallel()
 	const moved = "registry.test/public/moved:v1"
 	const refMoved = "sha256:7777777777777777777777777777777777777777777777777777777777777777"
-	s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 	s.node.serve(moved, refTool, "")
 	ctx := context.Background()
 	p := pod{uid: "anon1", ns: "tenant"}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
@@ -33,20 +34,20 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 			func(a *admin.Local) (admin.RevokeResult, error) { return a.RevokeImage(ctx, refApp) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			store, err := records.Open(filepath.Join(t.TempDir(), "ensure.db"), records.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { store.Close() })
 			s.store = store
-			s.restart(t, ensure.NeverVerifyPreloadedImages)
+			s.restart(t, decision.NeverVerifyPreloadedImages)
 
 			// A token plugin pulls for pod a1 with its service account
 			// a/builder, and credential injection says so.
 			s.credentials = pluginPull("alice:a-pw", pullcred.Used{Provider: "tp",
 				ServiceAccount: &pullcred.ServiceAccount{Namespace: "a", Name: "builder", UID: "sa-1"}})
-			s.restart(t, ensure.NeverVerifyPreloadedImages)
+			s.restart(t, decision.NeverVerifyPreloadedImages)
 			spec := &runtimeapi.ImageSpec{Image: private}
 			_, err = s.guard.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, SandboxConfig: podA.sandbox()}, s.runtimePull)
 			if err != nil {
@@ -76,7 +77,7 @@ func TestRevokeDropsTheGrantsOfRunningPods(t *testing.T) {
 func TestRemoveImageAndAConcurrentPullNeverLeaveTheImageWithoutItsRecord(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	if got := s.start(podA, private, "IfNotPresent"); got != running {
 		t.Fatalf("A: %s", got)
 	}

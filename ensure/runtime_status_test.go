@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
@@ -32,7 +33,7 @@ func TestStatusCarriesTheRecordsCondition(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+			p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 			g, err := ensure.NewGuard(tt.store, p, ensure.CRIRuntime(newFakeNode(), newFakeNode()), ensure.GuardOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -55,7 +56,7 @@ func TestStatusCarriesTheRecordsCondition(t *testing.T) {
 		})
 	}
 	t.Run("a runtime error passes through unchanged", func(t *testing.T) {
-		p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 		g, _ := ensure.NewGuard(ensuretest.NewMemoryStore(), p, ensure.CRIRuntime(newFakeNode(), newFakeNode()), ensure.GuardOptions{})
 		down := errors.New("runtime down")
 		if _, err := g.Status(context.Background(), &runtimeapi.StatusRequest{}, func(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
@@ -86,7 +87,7 @@ func TestADatabaseThatCannotWriteSaysSo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+			s := newSetup(t, decision.NeverVerifyPreloadedImages)
 			mem := s.store.(*ensuretest.MemoryStore)
 			condition := func() *runtimeapi.RuntimeCondition {
 				resp, err := s.guard.Status(context.Background(), &runtimeapi.StatusRequest{}, func(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken"
 	"github.com/cri-image-proxy/cri-image-proxy/podtoken/podtokentest"
@@ -37,7 +38,7 @@ type apiSetup struct {
 
 func newAPISetup(t *testing.T) *apiSetup {
 	t.Helper()
-	s := &apiSetup{setup: newSetup(t, ensure.NeverVerifyPreloadedImages), client: fake.NewClientset()}
+	s := &apiSetup{setup: newSetup(t, decision.NeverVerifyPreloadedImages), client: fake.NewClientset()}
 	// Pull secrets are read again on every check: a test sees a rotation or a
 	// deletion at once (the daemon caches them for a few seconds).
 	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{SecretTTL: time.Nanosecond})
@@ -45,7 +46,7 @@ func newAPISetup(t *testing.T) *apiSetup {
 	src.Start(ctx)
 	t.Cleanup(func() { cancel(); src.Wait() })
 	src.WaitForSync(ctx)
-	p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+	p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 	// The token plugins as they are configured now: one for registry.test
 	// that runs only for accounts with the role annotation.
 	require := true

@@ -5,12 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 )
 
 // TestMalformedRequestsAreInvalidArgument: a request without the parts
@@ -19,7 +18,7 @@ import (
 // retry", which blames the runtime.
 func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 	t.Parallel()
-	s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+	s := newSetup(t, decision.NeverVerifyPreloadedImages)
 	ctx := context.Background()
 	forwarded := false
 	for _, tc := range []struct {
@@ -74,7 +73,7 @@ func FuzzInterceptedRequests(f *testing.F) {
 		f.Add(b, uint8(2))
 	}
 	f.Fuzz(func(t *testing.T, frame []byte, method uint8) {
-		s := newSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newSetup(t, decision.NeverVerifyPreloadedImages)
 		s.start(podA, private, "IfNotPresent")
 		ctx := context.Background()
 		var err error

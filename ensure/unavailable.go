@@ -4,8 +4,9 @@ import (
 	"errors"
 
 	"fmt"
-	digest "github.com/opencontainers/go-digest"
 	"time"
+
+	digest "github.com/opencontainers/go-digest"
 )
 
 // ErrRecordsUnavailable is the error of every record read or write while

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 )
 
 // TestADatabaseThatCannotBeOpenedFailsClosed runs the guard over the
@@ -22,18 +23,18 @@ func TestADatabaseThatCannotBeOpenedFailsClosed(t *testing.T) {
 	t.Parallel()
 	const cause = "invalid database: page 7 out of range"
 	tests := []struct {
-		policy    ensure.PolicyName
+		policy    decision.PolicyName
 		allowlist []string
 		// runs are the images a pod without credentials may still run.
 		runs map[string]bool
 	}{
-		{policy: ensure.NeverVerify, runs: map[string]bool{private: true, public: true}},
-		{policy: ensure.NeverVerifyPreloadedImages},
-		{policy: ensure.NeverVerifyAllowlistedImages, allowlist: []string{"registry.test/public/*"}, runs: map[string]bool{public: true}},
-		{policy: ensure.AlwaysVerify},
+		{policy: decision.NeverVerify, runs: map[string]bool{private: true, public: true}},
+		{policy: decision.NeverVerifyPreloadedImages},
+		{policy: decision.NeverVerifyAllowlistedImages, allowlist: []string{"registry.test/public/*"}, runs: map[string]bool{public: true}},
+		{policy: decision.AlwaysVerify},
 	}
-	if len(tests) != len(ensure.Policies) {
-		t.Fatalf("the test covers %d policies, there are %d", len(tests), len(ensure.Policies))
+	if len(tests) != len(decision.Policies) {
+		t.Fatalf("the test covers %d policies, there are %d", len(tests), len(decision.Policies))
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.policy), func(t *testing.T) {

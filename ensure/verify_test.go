@@ -10,12 +10,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // newCheckedSetup is a guard that holds pulls to the registry's own word,
 // the verifier innermost as the daemon chains it.
-func newCheckedSetup(t *testing.T, policy ensure.PolicyName) *setup {
+func newCheckedSetup(t *testing.T, policy decision.PolicyName) *setup {
 	t.Helper()
 	s := newSetup(t, policy)
 	s.checked = true
@@ -31,7 +32,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	t.Parallel()
 	t.Run("a mirror that serves anyone: B without a credential and B with a wrong one are refused, C never runs A's image, A re-uses", func(t *testing.T) {
 		t.Parallel()
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.mirror = true
 		if got := s.start(podA, private, "IfNotPresent"); got != running {
 			t.Fatalf("A: %s", got)
@@ -55,7 +56,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	})
 	t.Run("a new credential for an image on the node is verified at the registry and answered from the node: no runtime pull", func(t *testing.T) {
 		t.Parallel()
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		if got := s.start(podA, private, "IfNotPresent"); got != running {
 			t.Fatalf("A: %s", got)
 		}
@@ -79,7 +80,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	})
 	t.Run("a tag moved since the image came: the runtime pulls the new image, recorded for the credential", func(t *testing.T) {
 		t.Parallel()
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		if got := s.start(podA, private, "IfNotPresent"); got != running {
 			t.Fatalf("A: %s", got)
 		}
@@ -99,7 +100,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	})
 	t.Run("a registry that cannot be asked refuses the pull, Unavailable, naming no other tenant's image", func(t *testing.T) {
 		t.Parallel()
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		s.node.registryErr = &registry.Error{Kind: registry.ErrUnreachable, Endpoint: "https://registry.test/v2", Reason: "the registry did not answer", Detail: "dial tcp: connection refused"}
 		_, err := s.guard.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()}, s.runtimePull)
 		if st := status.Convert(toStatus(err)); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "did not answer") || strings.Contains(st.Message(), "connection refused") {
@@ -116,7 +117,7 @@ func TestTheRegistrysWordNotTheRuntimes(t *testing.T) {
 	})
 	t.Run("the runtime pulled another image than the registry answered: nothing recorded for the credential, the image tracked", func(t *testing.T) {
 		t.Parallel()
-		s := newCheckedSetup(t, ensure.NeverVerifyPreloadedImages)
+		s := newCheckedSetup(t, decision.NeverVerifyPreloadedImages)
 		_, err := s.guard.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: private}, Auth: cred("alice:a-pw"), SandboxConfig: podA.sandbox()},
 			func(context.Context, *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 				s.node.put(private, refTool) // the tag moved between the check and the pull

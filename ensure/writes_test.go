@@ -16,6 +16,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/ensuretest"
 )
 
@@ -181,7 +182,7 @@ func newMendSetup(t *testing.T) *mendSetup {
 	}
 	m.node.serve(private, refApp, "alice:a-pw", "bob:b-pw")
 	m.log = messages{slog.NewTextHandler(m.setup.log, &slog.HandlerOptions{Level: slog.LevelDebug}), make(chan string, 1000)}
-	p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+	p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 	g, err := ensure.NewGuard(disk, p, ensure.CRIRuntime(m.node, m.node), ensure.GuardOptions{Clock: m.clock, Logger: slog.New(m.log), Registerer: m.reg})
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +401,7 @@ func TestADatabaseThatCannotWriteIsProbedUntilItCan(t *testing.T) {
 
 	t.Run("a store that cannot probe is left to its writes", func(t *testing.T) {
 		t.Parallel()
-		p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 		g, err := ensure.NewGuard(ensuretest.NewMemoryStore(), p, ensure.CRIRuntime(newFakeNode(), newFakeNode()), ensure.GuardOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/credplugins"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
@@ -123,7 +123,7 @@ func validateConfig(out io.Writer, cfg *config.ProxyConfiguration, strict bool) 
 		report(what, err, false)
 	}
 	if e := cfg.EnsureSecretPulledImages; e.Enabled {
-		_, err := ensure.NewPolicy(ensure.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
+		_, err := decision.NewPolicy(decision.PolicyName(e.ImagePullCredentialsVerificationPolicy), e.PreloadedImagesVerificationAllowlist)
 		report("ensure policy "+e.ImagePullCredentialsVerificationPolicy, err, false)
 		what, err := checkDatabase(e.DatabasePath)
 		report(what, err, true)

@@ -14,6 +14,7 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -25,7 +26,7 @@ type recordsFlags struct {
 	database    string
 	runtime     string
 	policy      string
-	expiry      *ensure.Expiry // from --config: the records' maximum age
+	expiry      *decision.Expiry // from --config: the records' maximum age
 }
 
 func newRecordsCmd() *cobra.Command {
@@ -110,7 +111,7 @@ func (f *recordsFlags) admin(cmd *cobra.Command, write bool) (admin.Service, fun
 	closers := []func(){func() { store.Close() }}
 	if backend, err := criproxy.Dial(f.runtime, ""); err == nil {
 		closers = append(closers, func() { backend.Close() })
-		policy, err := ensure.NewPolicy(ensure.PolicyName(f.policy), nil)
+		policy, err := decision.NewPolicy(decision.PolicyName(f.policy), nil)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 )
 
 // records list and show: the records as a table, one as JSON, or its
@@ -58,7 +58,7 @@ func (f *recordsFlags) showCmd() *cobra.Command {
 }
 
 // printAges prints credential ages as a table.
-func printAges(out io.Writer, list []ensure.CredentialAge, now time.Time) {
+func printAges(out io.Writer, list []decision.CredentialAge, now time.Time) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "REPOSITORY\tCREDENTIAL\tVERIFIED\tAGE\tMAX AGE\tEXPIRED")
 	for _, a := range list {

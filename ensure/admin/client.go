@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 )
 
 // Client talks to the daemon's admin socket.
@@ -72,8 +73,8 @@ func (c *Client) Get(ctx context.Context, ref string) (*ensure.Record, error) {
 	return &v, c.do(ctx, "GET", "/v1/records/"+url.PathEscape(ref), nil, &v)
 }
 
-func (c *Client) Ages(ctx context.Context, ref string) ([]ensure.CredentialAge, error) {
-	var v []ensure.CredentialAge
+func (c *Client) Ages(ctx context.Context, ref string) ([]decision.CredentialAge, error) {
+	var v []decision.CredentialAge
 	return v, c.do(ctx, "GET", "/v1/ages/"+url.PathEscape(ref), nil, &v)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
@@ -53,16 +54,16 @@ func (l *Local) List(context.Context) (*Export, error) {
 
 func (l *Local) Get(_ context.Context, ref string) (*ensure.Record, error) { return l.Store.Get(ref) }
 
-func (l *Local) Ages(_ context.Context, ref string) ([]ensure.CredentialAge, error) {
+func (l *Local) Ages(_ context.Context, ref string) ([]decision.CredentialAge, error) {
 	rec, err := l.Store.Get(ref)
 	if err != nil {
 		return nil, err
 	}
-	var expiry *ensure.Expiry
-	if e, ok := l.Core.(interface{ Expiry() *ensure.Expiry }); ok {
+	var expiry *decision.Expiry
+	if e, ok := l.Core.(interface{ Expiry() *decision.Expiry }); ok {
 		expiry = e.Expiry()
 	}
-	return ensure.CredentialAges(l.Store, rec, expiry, time.Now())
+	return decision.CredentialAges(l.Store, rec, expiry, time.Now())
 }
 
 func (l *Local) Forget(_ context.Context, ref string) (bool, error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -44,7 +45,7 @@ type Service interface {
 	Get(ctx context.Context, imageRef string) (*ensure.Record, error)
 	// Ages lists the verified credentials of imageRef's record with their
 	// ages and, under the daemon's maximum record age, whether they expired.
-	Ages(ctx context.Context, imageRef string) ([]ensure.CredentialAge, error)
+	Ages(ctx context.Context, imageRef string) ([]decision.CredentialAge, error)
 	Forget(ctx context.Context, imageRef string) (bool, error)
 	RevokeImage(ctx context.Context, imageRef string) (RevokeResult, error)
 	RevokeServiceAccount(ctx context.Context, namespace, name string) (RevokeResult, error)

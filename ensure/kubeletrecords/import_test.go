@@ -3,18 +3,20 @@ package kubeletrecords
 import (
 	"context"
 	"errors"
-	digest "github.com/opencontainers/go-digest"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	digest "github.com/opencontainers/go-digest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -181,7 +183,7 @@ func TestImportOfARecordThatNamesNoRepository(t *testing.T) {
 				t.Errorf("%s is not restricted: ImageStatus would show it without reading the record", repo)
 			}
 		}
-		policy, err := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		policy, err := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

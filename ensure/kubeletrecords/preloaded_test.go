@@ -13,6 +13,7 @@ import (
 	kubeletconfigv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -165,7 +166,7 @@ func TestImportPreloaded(t *testing.T) {
 		if got := store.Preloaded(idB); got != nil {
 			t.Errorf("an image with no record got %q", got)
 		}
-		policy, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		policy, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 		decider, err := ensure.NewDecider(store, policy, onNode, ensure.DeciderOptions{})
 		if err != nil {
 			t.Fatal(err)

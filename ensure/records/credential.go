@@ -73,6 +73,17 @@ func CredentialKeys(cred Credential) []string {
 	return keys
 }
 
+// SecretKeys are the keys of a record's secret entry: its salted hash's,
+// and its secret's when the record knows the secret.
+func SecretKeys(s kubeletconfigv1beta1.ImagePullSecret) []string {
+	return CredentialKeys(Credential{Hash: s.CredentialHash, Secret: &SecretRef{UID: s.UID, Namespace: s.Namespace, Name: s.Name}})
+}
+
+// AccountKey is a service account's key.
+func AccountKey(sa ServiceAccount) string {
+	return CredentialKeys(Credential{ServiceAccount: &sa})[0]
+}
+
 // MergeCredential merges cred into r's mapping for repo, as the kubelet
 // does (writeRecordWhileMatchingLimit): a zero Credential still creates the
 // mapping (the image was pulled for repo, by someone unknown, and every pod

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/cri"
@@ -401,7 +402,7 @@ func (e *benchEnv) policyGuards() (alone, with *ensure.Guard, err error) {
 	pull := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: e.ensure.public}, SandboxConfig: e.policy.policyPodCfg}
 	var guards []*ensure.Guard
 	for _, policy := range []ensure.ImagePolicy{nil, cri.NewGate(engine, nil, nil)} {
-		p, _ := ensure.NewPolicy(ensure.NeverVerifyPreloadedImages, nil)
+		p, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
 		store, err := records.Open(filepath.Join(e.work, fmt.Sprintf("guard-%d.db", len(guards))), records.Options{})
 		if err != nil {
 			return nil, nil, err

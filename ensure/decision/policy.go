@@ -1,4 +1,4 @@
-package ensure
+package decision
 
 import (
 	"fmt"
@@ -43,19 +43,19 @@ type Policy interface {
 	// whether an image listed as repo may need verification: the
 	// ImageStatus filter skips a call when it is false, and CreateContainer
 	// lets an image through when the runtime cannot answer.
-	MayNeedVerification(repo string, mem repoMemory) bool
+	MayNeedVerification(repo string, mem RepoMemory) bool
 	// WhyNot is the rule, in words, when VerificationRequired is false.
 	WhyNot(repo string) string
 }
 
-// repoMemory is what a policy may read of the guard's memory.
-type repoMemory interface {
-	// pullInFlight reports a pull of repo through the proxy in flight (or
+// RepoMemory is what a policy may read of the guard's memory.
+type RepoMemory interface {
+	// PullInFlight reports a pull of repo through the proxy in flight (or
 	// unsettled after a crash, or unrecorded).
-	pullInFlight(repo string) bool
-	// restricted reports a record with a mapping for repo that is not
+	PullInFlight(repo string) bool
+	// Restricted reports a record with a mapping for repo that is not
 	// accessible to every pod; it may err towards true.
-	restricted(repo string) bool
+	Restricted(repo string) bool
 }
 
 // policies is every policy: its name, what it does (the flag help and

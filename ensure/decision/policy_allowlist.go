@@ -1,4 +1,4 @@
-package ensure
+package decision
 
 import "strings"
 
@@ -28,7 +28,7 @@ func (p neverVerifyAllowlisted) VerificationRequired(repo string, _ bool) bool {
 	return !p.allowlisted(repo)
 }
 
-func (p neverVerifyAllowlisted) MayNeedVerification(repo string, _ repoMemory) bool {
+func (p neverVerifyAllowlisted) MayNeedVerification(repo string, _ RepoMemory) bool {
 	return !p.allowlisted(repo)
 }
 
