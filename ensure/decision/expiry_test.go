@@ -58,4 +58,3 @@ func TestExpiryValidate(t *testing.T) {
 		})
 	}
 }
-
