@@ -276,53 +276,11 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 	// containerd's authorizer logs through logrus: keep it off stderr.
 	ctx = log.WithLogger(ctx, quietLogger)
 	chk := &check{c: c, name: name, cred: r.Credential, res: &res}
-	defer func() {
-		res.Requests, res.ManifestGets = int(chk.requests.Load()), int(chk.manifestGets.Load())
-		result := resultVerified
-		switch {
-		case errors.Is(err, ErrForged):
-			result = resultForged
-		case errors.Is(err, ErrDenied):
-			result = resultDenied
-		case errors.Is(err, ErrMoved):
-			result = resultMoved
-		case err != nil:
-			result = resultUnreachable
-		}
-		var e *Error
-		if errors.As(err, &e) && e.Endpoint == "" {
-			e.Endpoint = res.Endpoint
-		}
-		c.metrics.checks.WithLabelValues(c.labels.registry(name.registry), c.labels.endpoint(chk.ep), result).Inc()
-		c.log.LogAttrs(ctx, slog.LevelDebug, "registry check",
-			slog.String("image", r.Image), slog.String("endpoint", res.Endpoint), slog.Bool("vouched", res.Vouched),
-			slog.String("credential", res.CredentialKind), slog.String("result", result),
-			slog.String("manifest", string(res.ManifestDigest)), slog.Int("blobsChecked", res.BlobsChecked),
-			slog.Int("requests", res.Requests), slog.Duration("duration", time.Since(start)), errAttr(err))
-		if result == resultForged {
-			// Whoever called, the operator hears of it: a registry serving
-			// bytes that are not the content it names is a tenant naming an
-			// image it does not hold, or a corrupt storage. The error names
-			// the registry, the repository and the digests.
-			c.log.LogAttrs(ctx, slog.LevelWarn, "registry check: the registry served bytes that are not the content their digest names; the pull is refused",
-				slog.String("image", r.Image), slog.String("registry", res.Registry), slog.String("repository", res.Repository),
-				slog.String("endpoint", res.Endpoint), errAttr(err))
-		}
-	}()
+	defer func() { c.report(ctx, r, chk, err, time.Since(start)) }()
 
-	var ep *endpoint
-	if c.regconf != nil {
-		ep, err = c.regconfEndpoint(name)
-	} else {
-		ectx, cancel := context.WithTimeout(ctx, c.timeout)
-		ep, err = c.endpointFor(ectx, name.registry)
-		cancel()
-	}
-	if e := (*Error)(nil); errors.As(err, &e) {
-		return res, e // the configuration's own answer: a blocked registry
-	}
+	ep, err := c.endpointOf(ctx, name)
 	if err != nil {
-		return res, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
+		return res, err
 	}
 	res.Endpoint, res.Vouched = ep.String(), ep.vouched
 	if ep.repository != "" {
@@ -335,6 +293,67 @@ func (c *Checker) Check(ctx context.Context, r Request) (res Result, err error) 
 		return res, chk.runBeside(ctx, platform, r)
 	}
 	return res, chk.run(ctx, imageID, platform, r.Blobs, r.ProveLayers)
+}
+
+// report ends a check: its result counted (the checks metric), said in
+// the debug log, and, for a forgery, warned of; an *Error learns the
+// endpoint it was had from.
+func (c *Checker) report(ctx context.Context, r Request, chk *check, err error, took time.Duration) {
+	res := chk.res
+	res.Requests, res.ManifestGets = int(chk.requests.Load()), int(chk.manifestGets.Load())
+	result := resultVerified
+	switch {
+	case errors.Is(err, ErrForged):
+		result = resultForged
+	case errors.Is(err, ErrDenied):
+		result = resultDenied
+	case errors.Is(err, ErrMoved):
+		result = resultMoved
+	case err != nil:
+		result = resultUnreachable
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Endpoint == "" {
+		e.Endpoint = res.Endpoint
+	}
+	c.metrics.checks.WithLabelValues(c.labels.registry(chk.name.registry), c.labels.endpoint(chk.ep), result).Inc()
+	c.log.LogAttrs(ctx, slog.LevelDebug, "registry check",
+		slog.String("image", r.Image), slog.String("endpoint", res.Endpoint), slog.Bool("vouched", res.Vouched),
+		slog.String("credential", res.CredentialKind), slog.String("result", result),
+		slog.String("manifest", string(res.ManifestDigest)), slog.Int("blobsChecked", res.BlobsChecked),
+		slog.Int("requests", res.Requests), slog.Duration("duration", took), errAttr(err))
+	if result == resultForged {
+		// Whoever called, the operator hears of it: a registry serving
+		// bytes that are not the content it names is a tenant naming an
+		// image it does not hold, or a corrupt storage. The error names
+		// the registry, the repository and the digests.
+		c.log.LogAttrs(ctx, slog.LevelWarn, "registry check: the registry served bytes that are not the content their digest names; the pull is refused",
+			slog.String("image", r.Image), slog.String("registry", res.Registry), slog.String("repository", res.Repository),
+			slog.String("endpoint", res.Endpoint), errAttr(err))
+	}
+}
+
+// endpointOf is where the check of name asks: registries.conf's location
+// for it, or its hosts.toml's server (resolved within the check's
+// timeout). A configuration that blocks the registry answers with its own
+// *Error; any other failure is ErrUnreachable.
+func (c *Checker) endpointOf(ctx context.Context, name imageName) (*endpoint, error) {
+	var ep *endpoint
+	var err error
+	if c.regconf != nil {
+		ep, err = c.regconfEndpoint(name)
+	} else {
+		ectx, cancel := context.WithTimeout(ctx, c.timeout)
+		ep, err = c.endpointFor(ectx, name.registry)
+		cancel()
+	}
+	if e := (*Error)(nil); errors.As(err, &e) {
+		return nil, e // the configuration's own answer: a blocked registry
+	}
+	if err != nil {
+		return nil, failure(ErrUnreachable, "registry configuration", "%s", sanitize(err))
+	}
+	return ep, nil
 }
 
 func errAttr(err error) slog.Attr {
