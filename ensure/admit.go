@@ -73,7 +73,7 @@ func (g *Guard) admitEnsure(ctx context.Context, pod crireq.Pod, use crireq.Imag
 		return nil
 	}
 	// A pod the image was shown to (it is entitled) starts without a pull.
-	if ok, why := g.podEntitled(ctx, pod, ref, repo); ok {
+	if ok, why := g.entitlements.podEntitled(ctx, pod, ref, repo); ok {
 		g.grants.grant(pod.UID, ref, g.clock.Now())
 		g.logDecision(ctx, "CreateContainer: allowed ("+use.Field+")", shown, ref, pod.String(), why)
 		return nil

@@ -156,9 +156,9 @@ type Guard struct {
 	metrics  *metrics
 	clock    clock.PassiveClock
 	grace    time.Duration
-	pods     NodePods
-	accounts AccountCheck
-	registry RegistryCheck
+	// entitlements decide by a pod's pull secrets and service account.
+	entitlements entitlements
+	registry     RegistryCheck
 	// credentials is nil without credential injection.
 	credentials Credentials
 	// manifests is nil where the runtime's store cannot be read.
@@ -182,12 +182,13 @@ type Guard struct {
 func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
 		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(), observedNow: make(chan struct{}),
-		clock: opts.Clock, grace: opts.GracePeriod, pods: opts.Pods, accounts: opts.Accounts, registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests,
+		clock: opts.Clock, grace: opts.GracePeriod, registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests,
 		imagePolicy: opts.ImagePolicy,
 	}
 	if g.imagePolicy == nil {
 		g.imagePolicy = noImagePolicy{}
 	}
+	g.entitlements = entitlements{pods: opts.Pods, accounts: opts.Accounts, d: &g.Decider}
 	g.writes = &writeHealth{}
 	g.verifications = newVerificationTable(4096)
 	leftover, err := g.Decider.init(watchedStore{store, g.writes}, policy, rt, opts.Logger)

@@ -18,7 +18,7 @@ func (g *Guard) Hide(ctx context.Context, image, imageID string, names ...[]stri
 	if !d.verify {
 		return false
 	}
-	if ok, why := g.showToWaiters(ctx, image, imageID, repo); ok {
+	if ok, why := g.entitlements.showToWaiters(ctx, image, imageID, repo); ok {
 		g.logDecision(ctx, "ImageStatus: shown", image, imageID, "", why)
 		return false
 	}

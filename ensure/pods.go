@@ -38,40 +38,53 @@ type AccountCheck interface {
 	ServiceAccountMayPull(image string, sa *corev1.ServiceAccount) (bool, string)
 }
 
+// entitlements decide whether a pod is entitled to an image by what it
+// would pull with (its pull secrets, its service account), read from the
+// Kubernetes API, against the records: the kubelet's MustAttemptImagePull
+// with the pod's credentials, for the CRI path (pulls answered from the
+// node, creates, ImageStatus for the pods waiting). Without the API
+// (pods nil), no pod is entitled.
+type entitlements struct {
+	pods     NodePods
+	accounts AccountCheck
+	// d reads the records, their freshness and names, and logs decisions.
+	d *Decider
+}
+
 // podEntitled is the one entitlement check of the CRI path: whether pod
 // may use imageRef as repo by what it would pull with (its pull secrets,
 // its service account), read from the API. The kubelet decides so
 // (MustAttemptImagePull) before it asks the runtime; the proxy sees only
 // the CRI pod, so it reads the pod. No API, no pod UID, an unknown
 // repository or any read error: not entitled.
-func (g *Guard) podEntitled(ctx context.Context, pod crireq.Pod, imageRef, repo string) (bool, string) {
-	if g.pods == nil || pod.UID == "" || repo == "" {
+func (e *entitlements) podEntitled(ctx context.Context, pod crireq.Pod, imageRef, repo string) (bool, string) {
+	if e.pods == nil || pod.UID == "" || repo == "" {
 		return false, ""
 	}
-	kpod, err := g.pods.Pod(ctx, pod.Namespace, pod.Name, pod.UID)
+	kpod, err := e.pods.Pod(ctx, pod.Namespace, pod.Name, pod.UID)
 	if err != nil {
 		return false, ""
 	}
-	return g.entitled(ctx, kpod, imageRef, repo)
+	return e.entitled(ctx, kpod, imageRef, repo)
 }
 
 // podAccount returns the pod's service account coordinates when a pull
 // recorded for that account may be re-used for image now: the pod has
 // one, it can be read, and a token plugin would still run for it (see
 // AccountCheck). nil otherwise: re-use by account is then not possible.
-func (g *Guard) podAccount(ctx context.Context, pod *corev1.Pod, image string) *ServiceAccount {
+func (e *entitlements) podAccount(ctx context.Context, pod *corev1.Pod, image string) *ServiceAccount {
 	if pod.Spec.ServiceAccountName == "" {
 		return nil
 	}
-	sa, err := g.pods.ServiceAccount(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
+	sa, err := e.pods.ServiceAccount(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
 	if err != nil {
 		return nil
 	}
-	if g.accounts == nil {
+	if e.accounts == nil {
 		return nil
 	}
-	if ok, why := g.accounts.ServiceAccountMayPull(image, sa); !ok {
-		g.logDecision(ctx, "service account re-use not possible", image, "", pod.Namespace+"/"+pod.Name, why)
+	if ok, why := e.accounts.ServiceAccountMayPull(image, sa); !ok {
+		e.d.logDecision(ctx, "service account re-use not possible", image, "", pod.Namespace+"/"+pod.Name, why)
 		return nil
 	}
 	return &ServiceAccount{Namespace: sa.Namespace, Name: sa.Name, UID: string(sa.UID)}
@@ -81,8 +94,8 @@ func (g *Guard) podAccount(ctx context.Context, pod *corev1.Pod, image string) *
 // pull with: one of its pull secrets whose credential for repo has its
 // salted hash in the record, or its service account in the record. Any
 // read error means "not entitled".
-func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo string) (bool, string) {
-	rec, err := g.store.Get(imageRef)
+func (e *entitlements) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo string) (bool, string) {
+	rec, err := e.d.store.Get(imageRef)
 	if err != nil {
 		return false, ""
 	}
@@ -94,15 +107,15 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	// (when one is set) entitles no more: the pod verifies again.
 	var expired string
 	if c.NodePodsAccessible {
-		ok, why := g.fresh(imageRef, repo, records.NodeKey)
+		ok, why := e.d.fresh(imageRef, repo, records.NodeKey)
 		if ok {
 			return true, "accessible to all pods of the node"
 		}
 		expired = "the node's pull was " + why
 	}
 	if len(c.KubernetesServiceAccounts) > 0 {
-		if sa := g.podAccount(ctx, pod, repo); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
-			ok, why := g.fresh(imageRef, repo, records.AccountKey(*sa))
+		if sa := e.podAccount(ctx, pod, repo); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
+			ok, why := e.d.fresh(imageRef, repo, records.AccountKey(*sa))
 			if ok {
 				return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
 			}
@@ -112,8 +125,8 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 	if len(c.KubernetesSecrets) == 0 {
 		return false, expired
 	}
-	for sec := range g.pullSecrets(ctx, pod) {
-		hashes := g.secretHashes(sec, repo)
+	for sec := range e.pullSecrets(ctx, pod) {
+		hashes := e.secretHashes(sec, repo)
 		if len(hashes) == 0 {
 			// As the kubelet's keyring, which looks the secret's credentials
 			// up for the image's registry before it matches coordinates: a
@@ -126,7 +139,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 			// The kubelet's deliberate choice for rotated secrets: the same
 			// secret (namespace, name and UID) with new content still
 			// entitles its pods.
-			ok, why := g.fresh(imageRef, repo, records.SecretKeys(c.KubernetesSecrets[i])...)
+			ok, why := e.d.fresh(imageRef, repo, records.SecretKeys(c.KubernetesSecrets[i])...)
 			if ok {
 				return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo + " (by its coordinates; its content may have been rotated since)"
 			}
@@ -134,7 +147,7 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 		}
 		for _, h := range hashes {
 			if slices.ContainsFunc(c.KubernetesSecrets, func(s kubeletSecret) bool { return s.CredentialHash == h }) {
-				ok, why := g.fresh(imageRef, repo, records.HashKey(h))
+				ok, why := e.d.fresh(imageRef, repo, records.HashKey(h))
 				if ok {
 					return true, "its pull secret " + sec.Namespace + "/" + sec.Name + " was verified for " + repo
 				}
@@ -147,10 +160,10 @@ func (g *Guard) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo st
 
 // pullSecrets yields the pod's pull secrets that can be read; a deleted
 // one entitles nobody and is skipped.
-func (g *Guard) pullSecrets(ctx context.Context, pod *corev1.Pod) iter.Seq[*corev1.Secret] {
+func (e *entitlements) pullSecrets(ctx context.Context, pod *corev1.Pod) iter.Seq[*corev1.Secret] {
 	return func(yield func(*corev1.Secret) bool) {
 		for _, ref := range pod.Spec.ImagePullSecrets {
-			if sec, err := g.pods.Secret(ctx, pod.Namespace, ref.Name); err == nil && !yield(sec) {
+			if sec, err := e.pods.Secret(ctx, pod.Namespace, ref.Name); err == nil && !yield(sec) {
 				return
 			}
 		}
@@ -158,10 +171,10 @@ func (g *Guard) pullSecrets(ctx context.Context, pod *corev1.Pod) iter.Seq[*core
 }
 
 // secretHashes returns the salted hashes of sec's credentials for repo.
-func (g *Guard) secretHashes(sec *corev1.Secret, repo string) []string {
+func (e *entitlements) secretHashes(sec *corev1.Secret, repo string) []string {
 	var out []string
 	for _, a := range secretCredentials(sec, repo) {
-		out = append(out, g.store.HashAuth(a))
+		out = append(out, e.d.store.HashAuth(a))
 	}
 	return out
 }
@@ -169,16 +182,16 @@ func (g *Guard) secretHashes(sec *corev1.Secret, repo string) []string {
 // secretOf returns the coordinates of the pod's pull secret whose
 // credential for repo hashes to hash, nil when there is no API, no pod or
 // no such secret (the record then holds the hash alone).
-func (g *Guard) secretOf(ctx context.Context, p crireq.Pod, repo, hash string) *SecretRef {
-	if g.pods == nil || p.UID == "" {
+func (e *entitlements) secretOf(ctx context.Context, p crireq.Pod, repo, hash string) *SecretRef {
+	if e.pods == nil || p.UID == "" {
 		return nil
 	}
-	pod, err := g.pods.Pod(ctx, p.Namespace, p.Name, p.UID)
+	pod, err := e.pods.Pod(ctx, p.Namespace, p.Name, p.UID)
 	if err != nil {
 		return nil
 	}
-	for sec := range g.pullSecrets(ctx, pod) {
-		if slices.Contains(g.secretHashes(sec, repo), hash) {
+	for sec := range e.pullSecrets(ctx, pod) {
+		if slices.Contains(e.secretHashes(sec, repo), hash) {
 			return &SecretRef{Namespace: sec.Namespace, Name: sec.Name, UID: string(sec.UID)}
 		}
 	}
@@ -216,14 +229,14 @@ func secretCredentials(sec *corev1.Secret, repo string) []Auth {
 // image volumes (KEP-4639, spec.volumes[].image, with their own pull
 // policy) of a pod with a container not started. These are what an
 // ImageStatus for image can be for.
-func (g *Guard) waitingUses(image string) map[*corev1.Pod][]corev1.PullPolicy {
-	want := g.parse(image)
+func (e *entitlements) waitingUses(image string) map[*corev1.Pod][]corev1.PullPolicy {
+	want := e.d.parse(image)
 	if !want.OK {
 		return nil
 	}
-	same := func(name string) bool { n := g.parse(name); return n.OK && n.Ref == want.Ref }
+	same := func(name string) bool { n := e.d.parse(name); return n.OK && n.Ref == want.Ref }
 	out := map[*corev1.Pod][]corev1.PullPolicy{}
-	for _, p := range g.pods.PodsOnNode() {
+	for _, p := range e.pods.PodsOnNode() {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -295,8 +308,8 @@ func entitlementKeyOf(pod *corev1.Pod) entitlementKey {
 //     can pull re-uses the image through PullImage anyway.
 //
 // In doubt (no API, no pod), hidden.
-func (g *Guard) showToWaiters(ctx context.Context, image, imageRef, repo string) (bool, string) {
-	if g.pods == nil {
+func (e *entitlements) showToWaiters(ctx context.Context, image, imageRef, repo string) (bool, string) {
+	if e.pods == nil {
 		return false, ""
 	}
 	var entitled []string
@@ -306,11 +319,11 @@ func (g *Guard) showToWaiters(ctx context.Context, image, imageRef, repo string)
 	// once per answer (the account is read live, so this is what keeps a
 	// hundred waiting pods from a hundred reads per ImageStatus).
 	decided := map[entitlementKey]bool{}
-	for pod, policies := range g.waitingUses(image) {
+	for pod, policies := range e.waitingUses(image) {
 		key := entitlementKeyOf(pod)
 		ok, seen := decided[key]
 		if !seen {
-			ok, _ = g.entitled(ctx, pod, imageRef, repo)
+			ok, _ = e.entitled(ctx, pod, imageRef, repo)
 			decided[key] = ok
 		}
 		if ok {

@@ -167,7 +167,7 @@ func (g *Guard) recordedCredential(ctx context.Context, pod crireq.Pod, repo, ha
 	case hash == "":
 		return Credential{Node: true} // anonymous
 	}
-	return Credential{Hash: hash, Secret: g.secretOf(ctx, pod, repo, hash)}
+	return Credential{Hash: hash, Secret: g.entitlements.secretOf(ctx, pod, repo, hash)}
 }
 
 // noteIntent durably notes the pull's intent, once, before the runtime is
@@ -209,7 +209,7 @@ func (g *Guard) answerFromNode(ctx context.Context, image string, pod crireq.Pod
 		// As the kubelet's MustAttemptImagePull: the pod may be entitled
 		// by another of its pull secrets (rotated included), or by its
 		// service account (a token plugin behind the proxy).
-		if entitled, because := g.podEntitled(ctx, pod, ref, repo); entitled {
+		if entitled, because := g.entitlements.podEntitled(ctx, pod, ref, repo); entitled {
 			ok, why = true, because
 		}
 	}
