@@ -2,7 +2,6 @@ package ensure
 
 import (
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -166,15 +165,9 @@ type Guard struct {
 	// imagePolicy is noImagePolicy without an image policy.
 	imagePolicy ImagePolicy
 
-	// leftover are the intents found at start: pulls a crash interrupted.
-	// Until Recover settles them, their repositories count as pulls in
-	// flight, so their images are not taken for preloaded ones.
-	leftoverMu    sync.Mutex
-	leftover      []Intent
-	leftoverCount atomic.Int64
-	// keptSince are the intents kept in this life because a runtime's
-	// pull was cut short, with their pull's repository and start.
-	keptSince map[string]keptIntent
+	// kept are the intents not settled yet: a crash's, found at start
+	// (until Recover settles them), and those kept in this life.
+	kept keptIntents
 }
 
 // NewGuard returns the enforcer of policy over store; rt reaches the
@@ -195,7 +188,8 @@ func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardO
 	if err != nil {
 		return nil, err
 	}
-	g.setLeftover(leftover)
+	g.kept.pending = g.pending
+	g.kept.setLocked(leftover)
 	g.SetExpiry(opts.Expiry)
 	if g.clock == nil {
 		g.clock = clock.RealClock{}

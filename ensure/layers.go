@@ -257,7 +257,7 @@ func (g *Guard) layerChooser(image, repo string, fl *layerFlight, anonymous bool
 		known := g.flights.waitKnown(wctx, fl)
 		cancel()
 		g.awaitObserved(ctx) // what was there before decides which layers are public
-		if g.hasLeftover() {
+		if g.kept.any() {
 			// A pull cut short (or a crash) may have left an image since:
 			// the runtime says what it holds now, and what it left is
 			// tracked with its layers before they are decided on.

@@ -24,20 +24,20 @@ import (
 // the proxy. Only an intent whose name is no reference is dropped: it
 // names nothing to protect. Call it before serving, and again if it fails.
 func (g *Guard) Recover(ctx context.Context) (converted, kept int, err error) {
-	g.leftoverMu.Lock()
-	defer g.leftoverMu.Unlock()
-	if len(g.leftover) == 0 {
+	g.kept.mu.Lock()
+	defer g.kept.mu.Unlock()
+	if len(g.kept.list) == 0 {
 		return 0, 0, nil
 	}
 	images, err := g.runtime.Images(ctx)
 	if err != nil {
-		return 0, len(g.leftover), fmt.Errorf("settling %d pull intents: list images: %w", len(g.leftover), err)
+		return 0, len(g.kept.list), fmt.Errorf("settling %d pull intents: list images: %w", len(g.kept.list), err)
 	}
 	return g.settleLocked(ctx, images)
 }
 
-// settleLocked converts the leftover intents whose image is in images and
-// keeps the others. g.leftoverMu is held.
+// settleLocked converts the kept intents whose image is in images and
+// keeps the others. g.kept.mu is held.
 func (g *Guard) settleLocked(ctx context.Context, images []crireq.Image) (converted, kept int, err error) {
 	byName := map[string]string{} // normalized reference -> image ID
 	for _, img := range images {
@@ -48,7 +48,7 @@ func (g *Guard) settleLocked(ctx context.Context, images []crireq.Image) (conver
 		}
 	}
 	var keep []Intent
-	for i, in := range g.leftover {
+	for i, in := range g.kept.list {
 		ref := listedID(byName, in.Image)
 		repo, _ := imageref.Repository(in.Image)
 		switch {
@@ -68,14 +68,14 @@ func (g *Guard) settleLocked(ctx context.Context, images []crireq.Image) (conver
 			}
 		}
 		if err != nil {
-			g.setLeftover(append(keep, g.leftover[i:]...))
-			return converted, len(g.leftover), err
+			g.kept.setLocked(append(keep, g.kept.list[i:]...))
+			return converted, len(g.kept.list), err
 		}
 		if repo != "" {
 			g.pending.dec(repo)
 		}
 	}
-	g.setLeftover(keep)
+	g.kept.setLocked(keep)
 	return converted, len(keep), nil
 }
 
@@ -84,54 +84,20 @@ func (g *Guard) settleLocked(ctx context.Context, images []crireq.Image) (conver
 // that an image a cut pull or a crash left is tracked, with its layers,
 // never taken for one that was there before.
 func (g *Guard) settleKept(ctx context.Context, images []crireq.Image) {
-	if !g.hasLeftover() {
+	if !g.kept.any() {
 		return
 	}
-	g.leftoverMu.Lock()
-	before := g.keptSinceLocked()
+	g.kept.mu.Lock()
+	before := g.kept.sinceLocked()
 	c, k, err := g.settleLocked(ctx, images)
-	settled := g.settledSinceLocked(before)
-	g.leftoverMu.Unlock()
+	settled := g.kept.settledSinceLocked(before)
+	g.kept.mu.Unlock()
 	if err != nil {
 		g.log.Warn("settling kept pull intents failed; they stay", "err", err)
 	} else if c > 0 {
 		g.log.Info("settled kept pull intents", "toRecords", c, "kept", k)
 	}
 	g.trackArrivedSince(ctx, images, settled)
-}
-
-// keptSinceLocked is a copy of the intents kept in this daemon's life,
-// by ID, with when their pull began; g.leftoverMu is held.
-func (g *Guard) keptSinceLocked() map[string]keptIntent {
-	out := make(map[string]keptIntent, len(g.keptSince))
-	for id, k := range g.keptSince {
-		out[id] = k
-	}
-	return out
-}
-
-// settledSinceLocked returns those of before no longer kept (settled),
-// and forgets them; g.leftoverMu is held.
-func (g *Guard) settledSinceLocked(before map[string]keptIntent) []keptIntent {
-	kept := map[string]bool{}
-	for _, in := range g.leftover {
-		kept[in.ID] = true
-	}
-	var out []keptIntent
-	for id, k := range before {
-		if !kept[id] {
-			out = append(out, k)
-			delete(g.keptSince, id)
-		}
-	}
-	return out
-}
-
-// keptIntent is an intent kept in this daemon's life: its pull's
-// repository, and when that pull began.
-type keptIntent struct {
-	repo  string
-	since time.Time
 }
 
 // trackArrivedSince tracks, for each settled intent of a pull cut short,
@@ -174,26 +140,26 @@ func (g *Guard) trackArrivedSince(ctx context.Context, images []crireq.Image, se
 // tracks what the name stands for, so the intents of earlier pulls of it
 // protect nothing more.
 func (g *Guard) settlePulled(ctx context.Context, image string) {
-	if !g.hasLeftover() {
+	if !g.kept.any() {
 		return
 	}
 	name, ok := imageref.Normalized(image)
 	if !ok {
 		return
 	}
-	g.leftoverMu.Lock()
-	before := g.keptSinceLocked()
+	g.kept.mu.Lock()
+	before := g.kept.sinceLocked()
 	g.settlePulledLocked(name)
-	settled := g.settledSinceLocked(before)
-	g.leftoverMu.Unlock()
+	settled := g.kept.settledSinceLocked(before)
+	g.kept.mu.Unlock()
 	g.trackArrivedSince(ctx, nil, settled)
 }
 
 // settlePulledLocked drops the kept intents of the normalized name;
-// g.leftoverMu is held.
+// g.kept.mu is held.
 func (g *Guard) settlePulledLocked(name string) {
-	keep := g.leftover[:0:0]
-	for _, in := range g.leftover {
+	keep := g.kept.list[:0:0]
+	for _, in := range g.kept.list {
 		if n, _ := imageref.Normalized(in.Image); n != name {
 			keep = append(keep, in)
 			continue
@@ -206,41 +172,8 @@ func (g *Guard) settlePulledLocked(name string) {
 			g.pending.dec(repo)
 		}
 	}
-	g.setLeftover(keep)
+	g.kept.setLocked(keep)
 }
-
-// keepIntent keeps a pull's intent whose outcome is not known: like those
-// a crash left, it counts as a pull in flight of repo until a GC run (or
-// the next start) finds what its image is, or a later pull of it settles.
-//
-// since is when the pull began, for an intent kept because the runtime's
-// pull was cut short (the zero time otherwise): whatever image of its
-// repository appears on the node from then on may be the cut pull's.
-func (g *Guard) keepIntent(in Intent, repo string, since time.Time) {
-	if in.ID == "" {
-		return // none was written: the runtime was never asked
-	}
-	g.pending.inc(repo)
-	g.leftoverMu.Lock()
-	defer g.leftoverMu.Unlock()
-	g.setLeftover(append(g.leftover, in))
-	if !since.IsZero() {
-		if g.keptSince == nil {
-			g.keptSince = map[string]keptIntent{}
-		}
-		g.keptSince[in.ID] = keptIntent{repo: repo, since: since}
-	}
-}
-
-// setLeftover replaces the leftover intents; g.leftoverMu is held.
-func (g *Guard) setLeftover(in []Intent) {
-	g.leftover = in
-	g.leftoverCount.Store(int64(len(in)))
-}
-
-// hasLeftover reports, without a lock when there is none, whether intents
-// a crash left are still unsettled.
-func (g *Guard) hasLeftover() bool { return g.leftoverCount.Load() > 0 }
 
 // listedID finds the image an intent names in the runtime's list (by
 // normalized reference): by the intent's full reference or, when it has a

@@ -163,7 +163,7 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		g.settlePulled(ctx, run.image)
 	}
 	if cut {
-		g.keepIntent(Intent{ID: run.intent, Image: run.image}, run.repo, run.keptSince())
+		g.kept.keep(Intent{ID: run.intent, Image: run.image}, run.repo, run.keptSince())
 	}
 	if end == endVerified {
 		return id, true
@@ -182,19 +182,19 @@ func (g *Guard) arrived(ctx context.Context, run *pullRun, end pullEnd) (string,
 	img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
 	switch {
 	case err != nil:
-		g.keepIntent(keep, run.repo, run.keptSince())
+		g.kept.keep(keep, run.repo, run.keptSince())
 		g.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
 		return "", false
 	case present && img.ID != run.before:
 		return img.ID, true
 	case run.stopped:
-		g.keepIntent(keep, run.repo, run.keptSince())
+		g.kept.keep(keep, run.repo, run.keptSince())
 		g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
 	case run.intent == "":
 		// The runtime was never asked: nothing was noted.
 	default:
 		if err := g.store.DropIntent(run.intent); err != nil {
-			g.keepIntent(keep, run.repo, time.Time{})
+			g.kept.keep(keep, run.repo, time.Time{})
 			g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
 		}
 	}
@@ -288,7 +288,7 @@ func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool)
 // counter does, the image counts as pulled by the proxy with no verified
 // credential, by its repository and by its ID: never as preloaded.
 func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
-	g.keepIntent(Intent{ID: intent, Image: image}, repo, time.Time{})
+	g.kept.keep(Intent{ID: intent, Image: image}, repo, time.Time{})
 	g.unrecorded.inc(ref)
 	g.metrics.recordErr.Inc()
 	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
