@@ -2,7 +2,6 @@ package ensure
 
 import (
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	digest "github.com/opencontainers/go-digest"
@@ -10,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/layerprivacy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
@@ -137,19 +137,10 @@ type Guard struct {
 	hidden        *hideTable
 	// refs order a pull's record against RemoveImage's forget.
 	refs *refLocks
-	// flights are the pulls in flight whose layers the registry check read.
-	flights *layerFlights
-	// observed says a look at the node's images has succeeded
-	// (observeLayers): before it, no image counts as preloaded and no
-	// layer as public.
-	observed atomic.Bool
-	// observedNow is closed when observed turns true; looking says a look
-	// is under way, which a pull waits for (observeWait).
-	observedNow chan struct{}
-	looking     atomic.Int32
-	// unknownLayers are the images tracked on the node whose layers the
-	// runtime did not say: every layer counts as private beside them.
-	unknownLayers *unknownLayerTable
+	// layers decide which layers of the node are private; they hold the
+	// pulls in flight, the images whose layers are unknown and whether the
+	// node was observed.
+	layers *layerprivacy.Node
 	// removals are the images RemoveImage forgot, for the pulls under way.
 	removals *removalTable
 	metrics  *metrics
@@ -174,7 +165,7 @@ type Guard struct {
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		grants: newGrantTable(), refs: newRefLocks(), flights: newLayerFlights(), unknownLayers: newUnknownLayerTable(), removals: newRemovalTable(), observedNow: make(chan struct{}),
+		grants: newGrantTable(), refs: newRefLocks(), removals: newRemovalTable(),
 		clock: opts.Clock, grace: opts.GracePeriod, registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests,
 		imagePolicy: opts.ImagePolicy,
 	}
@@ -195,6 +186,7 @@ func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardO
 		g.clock = clock.RealClock{}
 	}
 	g.Decider.now = g.clock.Now
+	g.layers = layerprivacy.New(g.store, g.runtime, g.unrecorded.has, g.clock.Now, g.log)
 	if g.grace <= 0 {
 		g.grace = 10 * time.Minute
 	}
@@ -209,7 +201,7 @@ func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardO
 			return -1, -1
 		}
 		return r, i
-	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil }, func() bool { return g.RecordsWritable() == nil }, g.observed.Load)
+	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil }, func() bool { return g.RecordsWritable() == nil }, g.layers.Observation.Observed)
 	if err != nil {
 		return nil, err
 	}

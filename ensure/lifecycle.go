@@ -125,7 +125,7 @@ func (g *Guard) trackArrivedSince(ctx context.Context, images []crireq.Image, se
 			if !g.listedAs(k.repo, img.Names) {
 				continue
 			}
-			if l, ok := g.store.Layers(img.ID); ok && l.Seen.Before(k.since) && g.observed.Load() {
+			if l, ok := g.store.Layers(img.ID); ok && l.Seen.Before(k.since) && g.layers.Observation.Observed() {
 				continue // on the node before the cut pull began
 			}
 			g.track(ctx, img, "an image of a repository a cut pull was of appeared since: tracked as pulled with no verified credential; every pod must pull it",

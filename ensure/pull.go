@@ -81,8 +81,8 @@ func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forw
 	defer g.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
 	// is written (or it failed).
-	run := &pullRun{image: image, repo: repo, pod: pod, before: before, began: began, flight: g.flights.start()}
-	defer g.flights.end(run.flight)
+	run := &pullRun{image: image, repo: repo, pod: pod, before: before, began: began, flight: g.layers.Flights.Start()}
+	defer g.layers.Flights.End(run.flight)
 	var pulled string
 	for try := range tries.All(ctx) {
 		ref, err := g.try(ctx, run, try, forward)
@@ -264,7 +264,7 @@ func (g *Guard) imageID(ctx context.Context, name, ref string) string {
 // names does: the error is on the safe side. See decide for what the names then allow.
 func (g *Guard) namesBeforePull(ctx context.Context, run *pullRun, ref string) []string {
 	image, repo, before, fl := run.image, run.repo, run.before, run.flight
-	if g.removals.since(ref, run.began) || !g.awaitObserved(ctx) {
+	if g.removals.since(ref, run.began) || !g.layers.Observation.Await(ctx) {
 		return nil
 	}
 	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
@@ -292,7 +292,7 @@ func (g *Guard) namesBeforePull(ctx context.Context, run *pullRun, ref string) [
 		}
 	}
 	if len(out) > 0 {
-		if came, _ := g.cameWithPrivateLayers(ctx, ref, fl); came {
+		if came, _ := g.layers.CameWithPrivateLayers(ctx, ref, fl); came {
 			return nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/layerprivacy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
@@ -65,7 +66,7 @@ type pullRun struct {
 	before string
 	began  time.Time
 	// flight holds the pull's layers for the other pulls in flight.
-	flight *layerFlight
+	flight *layerprivacy.Flight
 	// stopped says a try's runtime pull was stopped, by the proxy or its
 	// caller, before the runtime answered: what it leaves is not known
 	// until the runtime is asked again later.
@@ -140,7 +141,7 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	}
 	// What was on the node before decides the preloaded names: a look under
 	// way is waited for before the image's lock is taken.
-	g.awaitObserved(ctx)
+	g.layers.Observation.Await(ctx)
 	unlock := g.refs.lock(id)
 	preloaded := g.namesBeforePull(ctx, run, id)
 	if end == endVerified && run.intent == "" && !cut && g.verifiedRecently(id, run.repo, cred) {
@@ -276,8 +277,8 @@ func (g *Guard) verifiedRecently(imageRef, repo string, cred Credential) bool {
 // every layer the node holds counts as one it may hold, and so as private
 // (layerPrivate).
 func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool) {
-	if _, _, kept := g.learnLayers(ctx, imageRef, g.clock.Now(), true); !kept && restricts {
-		g.unknownLayers.add(imageRef, g.clock.Now())
+	if _, _, kept := g.layers.Learn(ctx, imageRef, g.clock.Now(), true); !kept && restricts {
+		g.layers.Unknown.Add(imageRef, g.clock.Now())
 		g.log.Warn("the runtime does not say which layers an image holds; every layer on the node counts as private until it does",
 			"imageRef", imageRef)
 	}
@@ -293,59 +294,6 @@ func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
 	g.metrics.recordErr.Inc()
 	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
 		"until", "its intent is settled", "err", err)
-}
-
-// unknownLayerTable holds the images tracked on the node (a record that
-// restricts, or a pull that could not record) whose layers the runtime
-// did not say, each with when it was found.
-type unknownLayerTable struct {
-	mu sync.Mutex
-	m  map[string]time.Time
-}
-
-func newUnknownLayerTable() *unknownLayerTable {
-	return &unknownLayerTable{m: map[string]time.Time{}}
-}
-
-func (u *unknownLayerTable) add(imageRef string, at time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if _, ok := u.m[imageRef]; !ok {
-		u.m[imageRef] = at
-	}
-}
-
-func (u *unknownLayerTable) drop(imageRef string) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	delete(u.m, imageRef)
-}
-
-// earliestBut returns when the first image other than self with unknown
-// layers was found; false when there is none.
-func (u *unknownLayerTable) earliestBut(self string) (time.Time, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var first time.Time
-	found := false
-	for ref, at := range u.m {
-		if ref != self && (!found || at.Before(first)) {
-			first, found = at, true
-		}
-	}
-	return first, found
-}
-
-// retain drops the images keep refuses (gone from the node, as a list of
-// its images taken at listedAt tells), marked before that list.
-func (u *unknownLayerTable) retain(keep func(imageRef string) bool, listedAt time.Time) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for ref, at := range u.m {
-		if at.Before(listedAt) && !keep(ref) {
-			delete(u.m, ref)
-		}
-	}
 }
 
 // removalTable remembers when images were removed through the proxy
