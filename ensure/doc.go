@@ -66,7 +66,13 @@
 // CRI method has one file (image_status.go, image_pull.go,
 // container_create.go, image_remove.go, sandbox_remove.go,
 // runtime_status.go) that only translates the CRI request to a core call
-// and its answer back; interceptors.go lists them, in order.
+// and its answer back; interceptors.go lists them, in order. A pull is one
+// loop over its tries (Guard.Pull, pull.go), each checked at the registry
+// beside the runtime's pull (Verify, verify.go), every end settled in one
+// place (settle.go). The rules decisions apply are package decision (the
+// kubelet's policies, the records' expiry); which layers are private is
+// package layerprivacy; the database is met as a RecordReader and a
+// RecordWriter (store.go).
 //
 // # Records
 //
