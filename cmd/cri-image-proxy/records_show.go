@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -79,12 +81,7 @@ func printRecords(out io.Writer, ex *admin.Export) {
 	fmt.Fprintln(w, "IMAGE ID\tREPOSITORY\tCREDENTIALS\tSERVICE ACCOUNTS\tNODE-WIDE\tUPDATED")
 	sort.Slice(ex.Records, func(i, j int) bool { return ex.Records[i].ImageRef < ex.Records[j].ImageRef })
 	for _, r := range ex.Records {
-		repos := make([]string, 0, len(r.CredentialMapping))
-		for repo := range r.CredentialMapping {
-			repos = append(repos, repo)
-		}
-		sort.Strings(repos)
-		for _, repo := range repos {
+		for _, repo := range slices.Sorted(maps.Keys(r.CredentialMapping)) {
 			c := r.CredentialMapping[repo]
 			var sas []string
 			for _, sa := range c.KubernetesServiceAccounts {

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -92,12 +93,7 @@ type VerificationTimes interface {
 // under expiry (nil: none) at now, repositories in order.
 func CredentialAges(store VerificationTimes, rec *records.Record, expiry *Expiry, now time.Time) ([]CredentialAge, error) {
 	var out []CredentialAge
-	repos := make([]string, 0, len(rec.CredentialMapping))
-	for repo := range rec.CredentialMapping {
-		repos = append(repos, repo)
-	}
-	slices.Sort(repos)
-	for _, repo := range repos {
+	for _, repo := range slices.Sorted(maps.Keys(rec.CredentialMapping)) {
 		c := rec.CredentialMapping[repo]
 		type named struct {
 			name string
