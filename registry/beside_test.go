@@ -103,6 +103,29 @@ func TestACheckBesideTheRuntimesPull(t *testing.T) {
 			t.Fatalf("got %v, told %s; want the hook's refusal, told %s", err, told, e.imgMan)
 		}
 	})
+	t.Run("a check that ends first ends its early question with it: nothing of it runs on after", func(t *testing.T) {
+		ended := make(chan struct{})
+		_, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), Credential: alice(), Blobs: true,
+			Beside: pullFuncs{
+				// The store is waited on until the check gives up on it.
+				manifest: func(ctx context.Context, _ digest.Digest) ([]byte, error) {
+					defer close(ended)
+					<-ctx.Done()
+					return nil, ctx.Err()
+				},
+				pulled: func(context.Context) (PulledImage, error) {
+					return PulledImage{}, errors.New("the runtime's pull failed")
+				},
+			}})
+		if err == nil {
+			t.Fatal("a check whose runtime pull failed passed")
+		}
+		select {
+		case <-ended:
+		default:
+			t.Fatal("the check returned while its early question still ran (it may still count into the result)")
+		}
+	})
 	t.Run("the runtime's store has the manifest: the config's bytes are asked while the runtime still pulls", func(t *testing.T) {
 		for _, tc := range []struct {
 			name     string

@@ -149,10 +149,13 @@ func (k *check) configEarly(ctx context.Context, spec ocispec.Platform, r Reques
 	return e
 }
 
-// stop ends the early question, if it still runs.
+// stop ends the early question, if it still runs, and waits for it: once
+// the check returns, nothing of it counts into the check's result. Its
+// waits (the runtime's store, the registry) all end with its context.
 func (e *earlyConfig) stop() {
 	if e.cancel != nil {
 		e.cancel()
+		<-e.done
 	}
 }
 
