@@ -90,8 +90,14 @@ func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forw
 		pulled = ref
 	}
 	used, err := tries.Result()
-	if err == nil && run.verified != nil {
+	switch {
+	case err != nil:
+	case run.verified != nil:
 		err = g.checkVerified(ctx, image, pulled, run.verified)
+	case g.registry != nil:
+		// The tries say one succeeded, and the registry verified none: a
+		// record rests on the registry's word alone.
+		err = fmt.Errorf("pulling %s: %w: %w", image, errNotVerified, errdefs.ErrUnavailable)
 	}
 	if err != nil {
 		end := endOf(ctx, run, err)
