@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
 
 // These in-process benchmarks put client, proxy and fake runtime in one
@@ -13,6 +15,7 @@ import (
 
 func BenchmarkPassThroughImageStatus(b *testing.B) {
 	rig := newProxyRig(b, Options{}, false)
+	rig.runtime.Put(fakecri.Image("sha256:runtime", "registry.example/team-a/app:v1"))
 	req := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "registry.example/team-a/app:v1"}}
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -27,6 +30,7 @@ func BenchmarkPassThroughImageStatus(b *testing.B) {
 
 func BenchmarkDirectImageStatus(b *testing.B) {
 	rig := newProxyRig(b, Options{}, false)
+	rig.runtime.Put(fakecri.Image("sha256:runtime", "registry.example/team-a/app:v1"))
 	req := &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "registry.example/team-a/app:v1"}}
 	ctx := context.Background()
 	conn := runtimeapi.NewImageServiceClient(rig.directConn)

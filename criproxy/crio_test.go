@@ -5,12 +5,15 @@ import (
 	"context"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
 
 // crioListener serves a socket the way CRI-O does (cmd/crio/main.go, as of
@@ -182,7 +185,7 @@ func TestCallsReachTheRuntimeAsTheKubeletSendsThem(t *testing.T) {
 			if err := tc.call(); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff([]string{"application/grpc"}, rig.runtime.contentTypesOf(tc.fullMethod)); diff != "" {
+			if diff := cmp.Diff([]string{"application/grpc"}, rig.runtime.ContentTypes(tc.fullMethod)); diff != "" {
 				t.Errorf("content-type at the runtime (-want +got):\n%s", diff)
 			}
 		})
@@ -226,14 +229,13 @@ func TestACRIOLikeSocketServesEveryKindOfCall(t *testing.T) {
 // crioListener.
 func newCRIOLikeRig(t *testing.T) *proxyRig {
 	t.Helper()
-	dir := shortTempDir(t)
-	sock := dir + "/crio.sock"
+	sock := filepath.Join(fakecri.SocketDir(t), "crio.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeRuntime{name: "crio"}
-	srv := newFakeRuntimeServer(f)
+	f := fakecri.New("crio")
+	srv := f.Server()
 	go srv.Serve(newCRIOListener(l))
 	t.Cleanup(srv.Stop)
 	rig := startProxyRig(t, Options{}, sock, "")

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
 
 // recorder is a hook on all six interception points. It notes each call
@@ -114,8 +116,8 @@ func TestInterceptorsOnSixMethods(t *testing.T) {
 	var want []string
 	for _, m := range []string{"PullImage", "ImageStatus", "RemoveImage", "ListImages", "CreateContainer", "RemovePodSandbox"} {
 		want = append(want, "outer:"+m, "inner:"+m)
-		if rig.runtime.count(m) != 1 {
-			t.Errorf("the runtime saw %s %d times, want 1", m, rig.runtime.count(m))
+		if rig.runtime.Calls(m) != 1 {
+			t.Errorf("the runtime saw %s %d times, want 1", m, rig.runtime.Calls(m))
 		}
 	}
 	if diff := cmp.Diff(want, log); diff != "" {
@@ -160,7 +162,7 @@ func TestHookAnswersAndErrors(t *testing.T) {
 		{name: "the runtime's answer passes through the hook", image: "app", wantRef: "sha256:pulled-app", wantPulls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := rig.runtime.count("PullImage")
+			before := rig.runtime.Calls("PullImage")
 			resp, err := pullImage(rig, ctx, tc.image)
 			if st := status.Convert(err); st.Code() != tc.wantCode || (tc.wantMessage != "" && st.Message() != tc.wantMessage) {
 				t.Fatalf("got %v, want %v %q", err, tc.wantCode, tc.wantMessage)
@@ -168,7 +170,7 @@ func TestHookAnswersAndErrors(t *testing.T) {
 			if resp.GetImageRef() != tc.wantRef {
 				t.Errorf("ref = %q, want %q", resp.GetImageRef(), tc.wantRef)
 			}
-			if got := rig.runtime.count("PullImage") - before; got != tc.wantPulls {
+			if got := rig.runtime.Calls("PullImage") - before; got != tc.wantPulls {
 				t.Errorf("runtime pulls = %d, want %d", got, tc.wantPulls)
 			}
 		})
@@ -204,6 +206,7 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
 	rig := newProxyRig(t, Options{Registerer: reg, Interceptors: []Interceptor{Intercept(PullImage, onlyPull{}.PullImage)}}, false)
+	rig.runtime.Fail("Status", notToday())
 	ctx := context.Background()
 	rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
 	rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
@@ -256,6 +259,7 @@ func TestImageStatusFilter(t *testing.T) {
 	t.Run("a declined call reaches the runtime without the hook, answer intact", func(t *testing.T) {
 		h := &picky{}
 		rig := newProxyRig(t, Options{Interceptors: []Interceptor{InterceptFiltered(ImageStatus, h.ImageStatus, h.WantsImageStatus)}}, false)
+		rig.runtime.Put(fakecri.Image("sha256:runtime", "skip-me"))
 		resp, err := status(rig, "skip-me")
 		if err != nil || resp.GetImage().GetId() != "sha256:runtime" || resp.GetImage().GetRepoTags()[0] != "skip-me" {
 			t.Fatalf("got %v, %v", resp, err)
@@ -266,8 +270,8 @@ func TestImageStatusFilter(t *testing.T) {
 		if _, err := status(rig, "wanted"); err != nil || h.calls.Load() != 1 {
 			t.Errorf("a wanted call: %v, hook calls %d", err, h.calls.Load())
 		}
-		if rig.runtime.count("ImageStatus") != 2 {
-			t.Errorf("runtime saw %d calls", rig.runtime.count("ImageStatus"))
+		if rig.runtime.Calls("ImageStatus") != 2 {
+			t.Errorf("runtime saw %d calls", rig.runtime.Calls("ImageStatus"))
 		}
 	})
 

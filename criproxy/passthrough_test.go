@@ -3,6 +3,7 @@ package criproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -17,11 +18,15 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
 
 func TestPassThroughUnary(t *testing.T) {
 	t.Parallel()
 	rig := newProxyRig(t, Options{}, false)
+	rig.runtime.Fail("Status", notToday())
+	rig.runtime.Put(fakecri.Image("sha256:runtime", "busybox"))
 	ctx := context.Background()
 
 	t.Run("a unary call returns the runtime's response unchanged", func(t *testing.T) {
@@ -96,6 +101,8 @@ func TestPassThroughUnary(t *testing.T) {
 	})
 
 	t.Run("a call past its deadline ends with DeadlineExceeded", func(t *testing.T) {
+		rig.runtime.BeforePull(aSecondLong)
+		defer rig.runtime.BeforePull(nil)
 		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		_, err := rig.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "slow"}})
@@ -131,7 +138,6 @@ func TestPassThroughUnary(t *testing.T) {
 
 func TestPassThroughMessageSizes(t *testing.T) {
 	t.Parallel()
-	rig := newProxyRig(t, Options{}, false)
 	for _, tc := range []struct {
 		name     string
 		images   int // of about 1 KiB each
@@ -141,8 +147,12 @@ func TestPassThroughMessageSizes(t *testing.T) {
 		{name: "a 17 MiB response is refused as the kubelet would refuse it", images: 17 * 1024, wantCode: codes.ResourceExhausted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: strconv.Itoa(tc.images)}}}
-			resp, err := rig.img.ListImages(context.Background(), req)
+			rig := newProxyRig(t, Options{}, false)
+			pad := string(make([]byte, 1000))
+			for i := range tc.images {
+				rig.runtime.Put(fakecri.Image(fmt.Sprintf("sha256:%d", i), pad))
+			}
+			resp, err := rig.img.ListImages(context.Background(), &runtimeapi.ListImagesRequest{})
 			if status.Code(err) != tc.wantCode {
 				t.Fatalf("got %v, want %v", err, tc.wantCode)
 			}
@@ -152,11 +162,16 @@ func TestPassThroughMessageSizes(t *testing.T) {
 		})
 	}
 	t.Run("a 15 MiB request passes", func(t *testing.T) {
+		rig := newProxyRig(t, Options{}, false)
 		big := strings.Repeat("x", 15<<20)
-		_, err := rig.img.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: big}})
-		// The fake answers with the name as a tag: 15 MiB back as well.
+		// The runtime answers with the name as a tag: 15 MiB back as well.
+		rig.runtime.Put(fakecri.Image("sha256:big", big))
+		resp, err := rig.img.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: big}})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if tags := resp.GetImage().GetRepoTags(); len(tags) != 1 || tags[0] != big {
+			t.Errorf("the answer did not carry the 15 MiB name back")
 		}
 	})
 }
@@ -203,7 +218,7 @@ func TestPassThroughStreams(t *testing.T) {
 		if out.Value != in.Value {
 			t.Errorf("got %q, want the echo %q", out.Value, in.Value)
 		}
-		if rig.runtime.count("/runtime.v1.RuntimeService/MethodFromTheFuture") != 1 {
+		if rig.runtime.Calls("/runtime.v1.RuntimeService/MethodFromTheFuture") != 1 {
 			t.Errorf("the runtime did not see the call")
 		}
 	})
@@ -258,6 +273,9 @@ func TestPassThroughStreams(t *testing.T) {
 func TestSeparateImageEndpoint(t *testing.T) {
 	t.Parallel()
 	rig := newProxyRig(t, Options{}, true)
+	// Each holds x, under an ID of its name: the answer says which one gave it.
+	rig.runtime.Put(fakecri.Image("sha256:runtime", "x"))
+	rig.image.Put(fakecri.Image("sha256:image", "x"))
 	ctx := context.Background()
 
 	v, err := rig.rt.Version(ctx, &runtimeapi.VersionRequest{})
@@ -268,7 +286,7 @@ func TestSeparateImageEndpoint(t *testing.T) {
 	if err != nil || st.GetImage().GetId() != "sha256:image" {
 		t.Errorf("ImageStatus answered %v (%v), want the image endpoint", st, err)
 	}
-	if rig.runtime.count("ImageStatus") != 0 {
+	if rig.runtime.Calls("ImageStatus") != 0 {
 		t.Errorf("the runtime endpoint served an ImageService call")
 	}
 }

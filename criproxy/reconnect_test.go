@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
 
 // The test binary serves a fake runtime when helperRuntimeEnv names a
@@ -51,7 +53,10 @@ func runHelperRuntime(sock string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	srv := newFakeRuntimeServer(&fakeRuntime{name: os.Getenv(helperRuntimeNameEnv)})
+	// It holds the image x under an ID of its name: an answer says which
+	// instance gave it.
+	name := os.Getenv(helperRuntimeNameEnv)
+	srv := fakecri.New(name, fakecri.Image("sha256:"+name, "x")).Server()
 	var lis net.Listener = l
 	if os.Getenv(helperRuntimeCRIOEnv) != "" {
 		lis = newCRIOListener(l)
@@ -82,7 +87,8 @@ type childRuntime struct {
 	stderr bytes.Buffer
 }
 
-// name is what the current instance answers as RuntimeName (and in image IDs).
+// name is what the current instance answers as RuntimeName (and in the ID
+// of its image x).
 func (c *childRuntime) name() string { return fmt.Sprintf("child-%d", c.starts) }
 
 // start starts a new instance and returns once it listens.
@@ -243,15 +249,15 @@ func TestTheProxyReconnectsAfterTheRuntimeRestarts(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := shortTempDir(t)
+			dir := fakecri.SocketDir(t)
 			child := &childRuntime{t: t, crio: tc.crio}
 			runtimeSock, imageSock := filepath.Join(dir, "rt.sock"), filepath.Join(dir, "img.sock")
 			if tc.image {
 				child.path = imageSock
-				startFakeRuntime(t, &fakeRuntime{name: "runtime"}, runtimeSock)
+				fakecri.New("runtime").Serve(t, runtimeSock)
 			} else {
 				child.path = runtimeSock
-				startFakeRuntime(t, &fakeRuntime{name: "image"}, imageSock)
+				fakecri.New("image").Serve(t, imageSock)
 			}
 			child.start()
 			rig := startProxyRig(t, Options{Interceptors: []Interceptor{
@@ -403,18 +409,19 @@ func TestTheProxyReconnectsAfterTheRuntimeRestarts(t *testing.T) {
 func TestARuntimesOwnUnavailablePassesAsItCame(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		call func(ctx context.Context, r *proxyRig) error
+		name   string
+		method string // the runtime answers it with its own Unavailable
+		call   func(ctx context.Context, r *proxyRig) error
 	}{
-		{"a call forwarded as frames", func(ctx context.Context, r *proxyRig) error {
-			_, err := r.img.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: "unavailable"}})
+		{"a call forwarded as frames", "RemoveImage", func(ctx context.Context, r *proxyRig) error {
+			_, err := r.img.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: "app"}})
 			return err
 		}},
-		{"an intercepted call", func(ctx context.Context, r *proxyRig) error {
-			_, err := r.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "unavailable"}})
+		{"an intercepted call", "PullImage", func(ctx context.Context, r *proxyRig) error {
+			_, err := r.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "app"}})
 			return err
 		}},
-		{"a stream", func(ctx context.Context, r *proxyRig) error {
+		{"a stream", "/runtime.v1.RuntimeService/FutureUnavailable", func(ctx context.Context, r *proxyRig) error {
 			s, err := r.conn.NewStream(ctx, &streamDesc, "/runtime.v1.RuntimeService/FutureUnavailable")
 			if err != nil {
 				return err
@@ -428,6 +435,7 @@ func TestARuntimesOwnUnavailablePassesAsItCame(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rig := newProxyRig(t, Options{}, false) // each case's call is the first on its connection
+			rig.runtime.Fail(tc.method, busy)
 			err := tc.call(context.Background(), rig)
 			if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "runtime says: busy" {
 				t.Errorf("got %v, want the runtime's Unavailable as it came", err)

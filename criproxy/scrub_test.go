@@ -34,6 +34,7 @@ func TestNoCredentialInAnError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rig := newProxyRig(t, Options{}, false)
+			rig.runtime.BeforePull(quoteAuth)
 			_, err := rig.img.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "quote-auth"}, Auth: tc.auth})
 			if status.Code(err) != codes.Unknown {
 				t.Fatalf("code %v, want the runtime's Unknown: %v", status.Code(err), err)
@@ -48,6 +49,16 @@ func TestNoCredentialInAnError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// quoteAuth fails a pull as containerd 1.6 does on an auth that decodes
+// to no "user:password": quoting what it decoded, and the rest of the
+// credential with it.
+func quoteAuth(_ context.Context, r *runtimeapi.PullImageRequest) error {
+	a := r.GetAuth()
+	dec, _ := base64.StdEncoding.DecodeString(a.GetAuth())
+	return status.Errorf(codes.Unknown, "failed to pull and unpack image %q: invalid decoded auth: %q; password %s; token %s/%s",
+		r.GetImage().GetImage(), dec, a.GetPassword(), a.GetIdentityToken(), a.GetRegistryToken())
 }
 
 func TestScrubError(t *testing.T) {

@@ -14,13 +14,14 @@ import (
 // answer and returns once the runtime has it.
 func startSlowPull(t *testing.T, rig *proxyRig) <-chan error {
 	t.Helper()
+	rig.runtime.BeforePull(aSecondLong)
 	done := make(chan error, 1)
-	before := rig.runtime.count("PullImage")
+	before := rig.runtime.Calls("PullImage")
 	go func() {
 		_, err := rig.img.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "slow"}})
 		done <- err
 	}()
-	for rig.runtime.count("PullImage") == before {
+	for rig.runtime.Calls("PullImage") == before {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return done

@@ -18,36 +18,16 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/config"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/unixsock"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
-
-// fakeRuntime answers Version, as a container runtime would.
-type fakeRuntime struct {
-	runtimeapi.UnimplementedRuntimeServiceServer
-}
-
-func (fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeApiVersion: "v1"}, nil
-}
 
 // testConfig is a configuration with ensure on, every path in a new
 // directory, and a fake runtime behind it.
 func testConfig(t *testing.T) *config.ProxyConfiguration {
 	t.Helper()
-	// Short: a unix socket path has at most 107 bytes.
-	dir, err := os.MkdirTemp("", "daemon")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := fakecri.SocketDir(t)
 	runtimeSock := filepath.Join(dir, "runtime.sock")
-	l, err := net.Listen("unix", runtimeSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, fakeRuntime{})
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
+	fakecri.New("fake").Serve(t, runtimeSock)
 
 	cfg := config.Default()
 	cfg.Socket.Path = filepath.Join(dir, "proxy.sock")

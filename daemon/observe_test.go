@@ -10,23 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/cri-image-proxy/cri-image-proxy/test/testkit/fakecri"
 )
-
-// imagesRuntime is a runtime with no image, answering the image calls the
-// guard's look makes.
-type imagesRuntime struct {
-	runtimeapi.UnimplementedImageServiceServer
-}
-
-func (imagesRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
-	return &runtimeapi.ListImagesResponse{}, nil
-}
-
-func (imagesRuntime) ImageStatus(context.Context, *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	return &runtimeapi.ImageStatusResponse{}, nil
-}
 
 // TestADaemonStartedWithTheRuntimeDownObservesTheNodeOnceItAnswers: the
 // daemon starts while the runtime does not answer (node boot): the node
@@ -79,14 +64,7 @@ func TestADaemonStartedWithTheRuntimeDownObservesTheNodeOnceItAnswers(t *testing
 		t.Fatalf("with the runtime's images away: %q, want 0", line)
 	}
 
-	l, err := net.Listen("unix", imageSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	runtimeapi.RegisterImageServiceServer(srv, imagesRuntime{})
-	go srv.Serve(l)
-	defer srv.Stop()
+	fakecri.New("images").Serve(t, imageSock) // with no image
 	waitFor("the node to be observed once the runtime answers", func() bool {
 		line, _ := observed()
 		return line == "cri_image_proxy_ensure_node_observed 1"

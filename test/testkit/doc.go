@@ -6,6 +6,7 @@
 //
 // It is for tests only: it is imported from _test.go files, never from
 // product code (TestOnlyTestsImportTestkit checks the tree), so no test
-// double reaches a binary. The real components the end-to-end tests, the
-// bench and the demo start are package rig's.
+// double reaches a binary. The fake CRI runtime is its package fakecri;
+// the real components the end-to-end tests, the bench and the demo start
+// are package rig's.
 package testkit
