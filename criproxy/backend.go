@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -181,6 +182,9 @@ type link struct {
 	log   *slog.Logger // nil until Watch runs: then nothing is logged
 	known bool         // the log said up or away
 	up    bool
+	// ups counts the times the connection came up: a call that began
+	// before the last of them failed on a connection already replaced.
+	ups atomic.Uint64
 }
 
 // upLocked and awayLocked note the connection up or away, logging a
@@ -188,6 +192,9 @@ type link struct {
 // for want of a connection; a connection lost and at once re-made (the
 // runtime closed an idle one, say) is no news.
 func (l *link) upLocked() {
+	if !l.up {
+		l.ups.Add(1)
+	}
 	if l.log != nil && !l.up {
 		if l.known {
 			l.log.Info("the runtime is back", "service", l.role, "endpoint", l.endpoint)
@@ -260,8 +267,9 @@ func (l *link) watch(ctx context.Context) {
 // one: gRPC's own words ("connection error", "error reading from server")
 // do not say it. The code and details stay. The caller has made sure the
 // runtime did not answer: the connection's state cannot tell, as gRPC
-// updates it after a new connection has carried its first calls.
-func (l *link) explainAway(err error) error {
+// updates it after a new connection has carried its first calls. began is
+// the count of ups (link.ups) when the call began.
+func (l *link) explainAway(err error, began uint64) error {
 	if status.Code(err) != codes.Unavailable {
 		return err
 	}
@@ -269,8 +277,12 @@ func (l *link) explainAway(err error) error {
 	state := l.cc.GetState()
 	// A call failed for want of a connection: that is news even when Watch
 	// missed the failed attempts (the call made them, between two of its
-	// looks). Watch says when it is back.
-	l.awayLocked()
+	// looks). Watch says when it is back. A call that began before the
+	// connection last came up failed on the one that was away then: its
+	// failure is no news once the log said the runtime is back.
+	if l.ups.Load() == began {
+		l.awayLocked()
+	}
 	l.mu.Unlock()
 	var how string
 	switch state {
@@ -318,27 +330,30 @@ func (l *link) explainUnary(ctx context.Context, method string, req, reply any, 
 			opts = append(opts, grpc.Trailer(trailer))
 		}
 	}
+	began := l.ups.Load()
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if err == nil || answered(*header, *trailer) {
 		return err
 	}
-	return l.explainAway(err)
+	return l.explainAway(err, began)
 }
 
 func (l *link) explainStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	began := l.ups.Load()
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
 		// The runtime's answer comes with RecvMsg: this is the connection's.
-		return nil, l.explainAway(err)
+		return nil, l.explainAway(err, began)
 	}
-	return explainedStream{ClientStream: cs, l: l}, nil
+	return explainedStream{ClientStream: cs, l: l, began: began}, nil
 }
 
 // explainedStream explains the error that ends a stream: the connection
 // may go while it runs.
 type explainedStream struct {
 	grpc.ClientStream
-	l *link
+	l     *link
+	began uint64 // the link's ups when the stream began
 }
 
 func (s explainedStream) RecvMsg(m any) error {
@@ -351,7 +366,7 @@ func (s explainedStream) RecvMsg(m any) error {
 	if answered(header, s.ClientStream.Trailer()) {
 		return err
 	}
-	return s.l.explainAway(err)
+	return s.l.explainAway(err, s.began)
 }
 
 // Close closes the connections.

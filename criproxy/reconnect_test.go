@@ -22,6 +22,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -441,5 +442,42 @@ func TestARuntimesOwnUnavailablePassesAsItCame(t *testing.T) {
 				t.Errorf("got %v, want the runtime's Unavailable as it came", err)
 			}
 		})
+	}
+}
+
+// TestACallThatFailedBeforeTheRuntimeCameBackSaysNothingNew: a call made
+// while the runtime was away can fail after the log said it is back (the
+// call was on the connection that was away); that failure is no news, and
+// the log does not say the runtime is away again. A call that began after
+// the runtime came back and fails for want of a connection is news.
+func TestACallThatFailedBeforeTheRuntimeCameBackSaysNothingNew(t *testing.T) {
+	t.Parallel()
+	const endpoint = "unix:///run/runtime.sock"
+	cc, err := grpc.NewClient("passthrough:///runtime", grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	logs := &logRecords{}
+	l := &link{cc: cc, role: "runtime", endpoint: endpoint, log: slog.New(logs)}
+	note := func(f func()) { l.mu.Lock(); defer l.mu.Unlock(); f() }
+	noConnection := status.Error(codes.Unavailable, "connection error")
+
+	note(l.upLocked)
+	note(l.awayLocked)
+	began := l.ups.Load() // a call while it is away
+	note(l.upLocked)
+	if err := l.explainAway(noConnection, began); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), endpoint+" is away") {
+		t.Errorf("the call's own error: got %v, want Unavailable saying %s is away", err, endpoint)
+	}
+	if away, back := logs.count("the runtime is away", endpoint), logs.count("the runtime is back", endpoint); away != 1 || back != 1 {
+		t.Fatalf("after a late failure of a call made while away: the log says away %d times and back %d times, want once each:\n%s", away, back, logs)
+	}
+
+	if err := l.explainAway(noConnection, l.ups.Load()); status.Code(err) != codes.Unavailable {
+		t.Errorf("a call made after it came back: got %v", err)
+	}
+	if away := logs.count("the runtime is away", endpoint); away != 2 {
+		t.Errorf("a call made after the runtime came back failed for want of a connection: the log says away %d times, want 2:\n%s", away, logs)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -316,9 +317,12 @@ func TestARedirectTargetsChallengeIsNeverTheRegistrys(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}))
 	t.Cleanup(storage.Close)
-	redirect := true
+	// Read by the registry's handlers, which may still serve a request
+	// the first check gave up on after it returned.
+	var redirect atomic.Bool
+	redirect.Store(true)
 	e.reg.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if redirect && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") != "" {
+		if redirect.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") != "" {
 			http.Redirect(w, r, storage.URL+"/blob", http.StatusTemporaryRedirect)
 			return true
 		}
@@ -329,7 +333,7 @@ func TestARedirectTargetsChallengeIsNeverTheRegistrys(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "storage") {
 		t.Fatalf("got %v, want ErrUnreachable naming the storage's refusal", err)
 	}
-	redirect = false
+	redirect.Store(false)
 	e.reg.setHook(nil)
 	if _, err := e.checker.Check(ctx, Request{Image: e.image("team-a/app:v1"), ImageID: string(e.imgID), Credential: alice(), Blobs: true}); err != nil {
 		t.Fatalf("the next check: %v", err)
