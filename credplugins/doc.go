@@ -27,15 +27,19 @@
 //     provider's default, 0 = not cached; lookups image, then registry, then
 //     global; one exec at a time per image; expired entries purged
 //     periodically (Run); bounded.
-//   - Injection (Injector.Pull, a pull's tries; Injector.PullImage, the
-//     same as a criproxy interceptor): a request with its own auth is tried
-//     with it first, and the matching credentials (see Lookup) follow only
-//     when that try fails, as the kubelet tries a pod's secrets and then the
-//     node's; each is tried in order, username and password only,
+//   - Injection (Injector.Tries, a pull's tries as a pullcred.Tries
+//     sequence the caller loops over, ensure's Guard.Pull among them;
+//     Injector.Pull, that loop with each try going to the runtime;
+//     Injector.PullImage, Pull as a criproxy interceptor): a request with
+//     its own auth is tried with it first, and the matching credentials
+//     (see Lookup) follow only when that try fails, as the kubelet tries a
+//     pod's secrets and then the node's; each is tried in order, username and password only,
 //     server_address empty; no credential means an anonymous pull; when all
 //     fail, the error lists provider, key and the runtime's message for each
 //     try, with the runtime's last status code, and never a username or
-//     password. Pull says which credential succeeded (pullcred.Used).
+//     password. The result says which credential succeeded (pullcred.Used).
+//     A try the caller leaves unanswered, or a loop that breaks off, ends
+//     the tries, and the pull fails.
 //
 // Credentials are never logged, put in errors or in metric labels.
 package credplugins
