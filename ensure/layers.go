@@ -1,10 +1,5 @@
 package ensure
 
-// The layers' decisions are package layerprivacy's (its doc says what a
-// private layer is); here are the guard's uses of them: the registry
-// check's question for a pull (layerChooser), the images that came around
-// the proxy (arrivedAroundTheProxy, track), and the looks at the node's
-// images (ObserveLayers, observeLayers).
 import (
 	"context"
 	"errors"
@@ -18,13 +13,19 @@ import (
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
+// The layers' decisions are package layerprivacy's (its doc says what a
+// private layer is); here are the guard's uses of them: the registry
+// check's question for a pull (layerChooser), the images that came around
+// the proxy (arrivedAroundTheProxy, track), and the looks at the node's
+// images (ObserveLayers, observeLayers).
+
 // layerChooser is the registry check's question for one try of a pull of
 // image (repository repo): which layers of the image it resolved must be
 // proven by their bytes. The check asks it once the runtime pulled (or
 // for the image already on the node), so it sees what the node held when
 // the runtime built the image: it enters the pull's layers in flight, and
-// waits for the other pulls in flight to know theirs (bounded by the
-// proof timeout: past it, their layers count as private).
+// waits for the other pulls in flight to know theirs (bounded by
+// layerprivacy.FlightWait: past it, their layers count as private).
 func (g *Guard) layerChooser(image, repo string, fl *layerprivacy.Flight, anonymous bool) registry.LayerChooser {
 	return func(ctx context.Context, imageID digest.Digest, layers []registry.Layer) ([]digest.Digest, error) {
 		diffIDs := diffIDsOf(layers)
@@ -129,7 +130,8 @@ func (g *Guard) track(ctx context.Context, img crireq.Image, msg, why string) {
 // one, or a GC run's) has succeeded, the node is not observed: no image
 // counts as preloaded and no layer as public.
 func (g *Guard) ObserveLayers(ctx context.Context) error {
-	defer g.layers.Observation.Looking()()
+	end := g.layers.Observation.Looking()
+	defer end()
 	listedAt := g.clock.Now()
 	images, err := g.runtime.Images(ctx)
 	if err != nil {

@@ -45,7 +45,9 @@ func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forw
 		for try := range tries.All(ctx) {
 			ref, err := forward(ctx, try)
 			tries.Answer(err)
-			pulled = ref
+			if err == nil {
+				pulled = ref
+			}
 		}
 		_, err := tries.Result()
 		return pulled, err
@@ -87,7 +89,9 @@ func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forw
 	for try := range tries.All(ctx) {
 		ref, err := g.try(ctx, run, try, forward)
 		tries.Answer(err)
-		pulled = ref
+		if err == nil {
+			pulled = ref // the sequence ends at the first success
+		}
 	}
 	used, err := tries.Result()
 	switch {

@@ -65,9 +65,9 @@ type RegistryCheck interface {
 //     the pull produced.
 //
 // try is the try's request, its credential in Auth; forward is the
-// runtime's pull of it. Verify returns the image ID to answer with. A try whose
-// runtime pull it stopped before the runtime answered marks run stopped:
-// the runtime may still create the image.
+// runtime's pull of it. Verify returns the image ID to answer with. A try
+// whose runtime pull it stopped before the runtime answered marks run
+// stopped: the runtime may still create the image.
 func (g *Guard) Verify(ctx context.Context, run *pullRun, try *runtimeapi.PullImageRequest, forward Forward) (string, RegistryVerification, error) {
 	image, pod, repo, present := run.image, run.pod, run.repo, run.before
 	cred := registry.CredentialOf(try.GetAuth())
