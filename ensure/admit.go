@@ -63,7 +63,7 @@ func (g *Guard) admitEnsure(ctx context.Context, pod crireq.Pod, use crireq.Imag
 		// CreateContainer refuses with its own error.
 		return nil
 	}
-	if arrived, why := g.arrivedAroundTheProxy(ctx, img); arrived {
+	if arrived, why := g.ledger.arrivedAroundTheProxy(ctx, img); arrived {
 		g.refused(ctx, pod, use, ref, why)
 		return refusal(shown, pod)
 	}

@@ -381,3 +381,21 @@ func (d *Decider) prune(images []crireq.Image, until time.Time) (int, error) {
 	}
 	return n, nil
 }
+
+// imageID returns the image ID a pull's image_ref stands for: the
+// ref itself when it is an ID (containerd), else what the runtime answers
+// for the name (a runtime that answers a repo digest). When it cannot be
+// told, the ref is kept: a record under it can only be missed, never
+// match another image.
+func (d *Decider) imageID(ctx context.Context, name, ref string) string {
+	return crireq.ImageID(ctx, d.runtime, name, ref)
+}
+
+// RecordsAvailable returns nil when the guard's records database is
+// usable, and otherwise why not: a readiness check and a metric report it.
+func (d *Decider) RecordsAvailable() error {
+	if u, ok := d.store.(interface{ Unavailable() error }); ok {
+		return u.Unavailable()
+	}
+	return nil
+}

@@ -60,19 +60,24 @@
 // # Shape
 //
 // The core speaks plain Go: the Decider (decider.go) decides what the
-// records, the policy, the runtime and the pulls in flight say of an image;
-// the Guard adds the CRI path's state and its calls Hide (hide.go), Pull
-// (pull.go), Admit (admit.go) and Remove (lifecycle.go). Each intercepted
-// CRI method has one file (image_status.go, image_pull.go,
-// container_create.go, image_remove.go, sandbox_remove.go,
-// runtime_status.go) that only translates the CRI request to a core call
-// and its answer back; interceptors.go lists them, in order. A pull is one
-// loop over its tries (Guard.Pull, pull.go), each checked at the registry
-// beside the runtime's pull (Verify, verify.go), every end settled in one
-// place (settle.go). The rules decisions apply are package decision (the
-// kubelet's policies, the records' expiry); which layers are private is
-// package layerprivacy; the database is met as a RecordReader and a
-// RecordWriter (store.go).
+// records, the policy, the runtime and the pulls in flight say of an image.
+// The Guard is three parts over it, each owning its state: the Guard
+// itself holds the CRI path's state and its calls Hide (hide.go), Admit
+// (admit.go) and Remove (lifecycle.go); the puller (pull.go, verify.go) is
+// the pull path, owning the registry check, credential injection and the
+// runtime's store; the ledger (settle.go, intents.go, layers.go) keeps the
+// facts every end leaves: a pull's, an intent kept or left by a crash, an
+// image that arrived around the proxy. Each intercepted CRI method has one
+// file (image_status.go, image_pull.go, container_create.go,
+// image_remove.go, sandbox_remove.go, runtime_status.go) that only
+// translates the CRI request to a core call and its answer back;
+// interceptors.go lists them, in order. A pull is one loop over its tries
+// (puller.Pull, pull.go), each checked at the registry beside the
+// runtime's pull (Verify, verify.go), every end settled in one place
+// (ledger.settle, settle.go). The rules decisions apply are package
+// decision (the kubelet's policies, the records' expiry); which layers are
+// private is package layerprivacy; the database is met as a RecordReader
+// and a RecordWriter (store.go).
 //
 // # Records
 //
@@ -86,7 +91,7 @@
 // runtime listed it under before that pull (its preloaded names, the
 // kubelet's ImagePreloadedRecord by full name): by them, and by its ID,
 // the image stays free to every pod as it was, while the name pulled with
-// credentials is its puller's (Decider.decide, Guard.namesBeforePull).
+// credentials is its puller's (Decider.decide, ledger.namesBeforePull).
 //
 // The records database is package records (ensure/records): its layout,
 // migrations and durability are documented there. A write that fails (a

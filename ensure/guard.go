@@ -53,15 +53,22 @@ type GuardOptions struct {
 }
 
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
-// concurrent use.
+// concurrent use. It is made of three parts over one Decider: the CRI
+// path's hooks and the daemon's lifecycle here, the pull path (pulls,
+// pull.go and verify.go) and the keeper of every end's facts (ledger,
+// settle.go, intents.go and layers.go).
 type Guard struct {
 	// Decider is the core the CRI path shares with records explain: the
 	// records, the policy, the runtime and the pulls in flight.
 	Decider
+	pulls  *puller
+	ledger *ledger
+
 	grants *grantTable
 	// writes follows the records database's writes (the store is wrapped).
 	writes *writeHealth
-	// verifications are the registry's last words, for records explain.
+	// verifications are the registry's last words, for records explain
+	// (the pull path notes them).
 	verifications *verificationTable
 	hidden        *hideTable
 	// refs order a pull's record against RemoveImage's forget.
@@ -76,32 +83,26 @@ type Guard struct {
 	clock    clock.PassiveClock
 	grace    time.Duration
 	// entitlements decide by a pod's pull secrets and service account.
-	entitlements entitlements
-	registry     RegistryCheck
-	// credentials is nil without credential injection.
-	credentials Credentials
-	// manifests is nil where the runtime's store cannot be read.
-	manifests RuntimeManifests
+	entitlements *entitlements
 	// imagePolicy is noImagePolicy without an image policy.
 	imagePolicy ImagePolicy
 
 	// kept are the intents not settled yet: a crash's, found at start
 	// (until Recover settles them), and those kept in this life.
-	kept keptIntents
+	kept *keptIntents
 }
 
 // NewGuard returns the enforcer of policy over store; rt reaches the
 // runtime directly, around the interceptors.
 func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardOptions) (*Guard, error) {
 	g := &Guard{
-		grants: newGrantTable(), refs: newRefLocks(), removals: newRemovalTable(),
-		clock: opts.Clock, grace: opts.GracePeriod, registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests,
-		imagePolicy: opts.ImagePolicy,
+		grants: newGrantTable(), refs: newRefLocks(), removals: newRemovalTable(), kept: &keptIntents{},
+		clock: opts.Clock, grace: opts.GracePeriod, imagePolicy: opts.ImagePolicy,
 	}
 	if g.imagePolicy == nil {
 		g.imagePolicy = noImagePolicy{}
 	}
-	g.entitlements = entitlements{pods: opts.Pods, accounts: opts.Accounts, d: &g.Decider}
+	g.entitlements = &entitlements{pods: opts.Pods, accounts: opts.Accounts, d: &g.Decider}
 	g.writes = &writeHealth{}
 	g.verifications = newVerificationTable(4096)
 	leftover, err := g.Decider.init(watchedStore{store, g.writes}, policy, rt, opts.Logger)
@@ -133,6 +134,12 @@ func NewGuard(store RecordStore, policy decision.Policy, rt Runtime, opts GuardO
 	}, g.grants.size, func() bool { return g.RecordsAvailable() == nil }, func() bool { return g.RecordsWritable() == nil }, g.layers.Observation.Observed)
 	if err != nil {
 		return nil, err
+	}
+	g.ledger = &ledger{Decider: &g.Decider, layers: g.layers, kept: g.kept, refs: g.refs, removals: g.removals, metrics: g.metrics, clock: g.clock}
+	g.pulls = &puller{
+		Decider: &g.Decider, ledger: g.ledger, layers: g.layers, hidden: g.hidden, grants: g.grants, entitlements: g.entitlements,
+		metrics: g.metrics, clock: g.clock, imagePolicy: g.imagePolicy,
+		registry: opts.Registry, credentials: opts.Credentials, manifests: opts.Manifests, verifications: g.verifications,
 	}
 	return g, nil
 }

@@ -24,7 +24,7 @@ func (g *Guard) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest,
 	// The runtime's answer to the try that went on to it last. Pull waits
 	// for each try's forward to end before it returns.
 	var answered *runtimeapi.PullImageResponse
-	ref, err := g.Pull(ctx, req, func(ctx context.Context, try *runtimeapi.PullImageRequest) (string, error) {
+	ref, err := g.pulls.Pull(ctx, req, func(ctx context.Context, try *runtimeapi.PullImageRequest) (string, error) {
 		resp, err := next(ctx, try)
 		answered = resp
 		return resp.GetImageRef(), err

@@ -26,29 +26,29 @@ import (
 // the runtime built the image: it enters the pull's layers in flight, and
 // waits for the other pulls in flight to know theirs (bounded by
 // layerprivacy.FlightWait: past it, their layers count as private).
-func (g *Guard) layerChooser(image, repo string, fl *layerprivacy.Flight, anonymous bool) registry.LayerChooser {
+func (p *puller) layerChooser(image, repo string, fl *layerprivacy.Flight, anonymous bool) registry.LayerChooser {
 	return func(ctx context.Context, imageID digest.Digest, layers []registry.Layer) ([]digest.Digest, error) {
 		diffIDs := diffIDsOf(layers)
 		if fl != nil {
-			g.layers.Flights.Set(fl, imageID.String(), diffIDs, anonymous)
+			p.layers.Flights.Set(fl, imageID.String(), diffIDs, anonymous)
 		}
 		wctx, cancel := context.WithTimeout(ctx, layerprivacy.FlightWait)
-		known := g.layers.Flights.WaitKnown(wctx, fl)
+		known := p.layers.Flights.WaitKnown(wctx, fl)
 		cancel()
-		g.layers.Observation.Await(ctx) // what was there before decides which layers are public
-		if g.kept.any() {
+		p.layers.Observation.Await(ctx) // what was there before decides which layers are public
+		if p.ledger.kept.any() {
 			// A pull cut short (or a crash) may have left an image since:
 			// the runtime says what it holds now, and what it left is
 			// tracked with its layers before they are decided on.
-			if images, err := g.runtime.Images(ctx); err != nil {
+			if images, err := p.runtime.Images(ctx); err != nil {
 				known = false
 			} else {
-				g.settleKept(ctx, images)
+				p.ledger.settleKept(ctx, images)
 			}
 		}
-		want, why := g.layers.ToProve(imageID.String(), repo, diffIDs, fl, !known)
+		want, why := p.layers.ToProve(imageID.String(), repo, diffIDs, fl, !known)
 		if len(want) > 0 {
-			g.logDecision(ctx, "PullImage: layers the node shares from elsewhere must be proven by their bytes", image, imageID.String(), "", fmt.Sprint(why))
+			p.logDecision(ctx, "PullImage: layers the node shares from elsewhere must be proven by their bytes", image, imageID.String(), "", fmt.Sprint(why))
 		}
 		return want, nil
 	}
@@ -73,54 +73,54 @@ func diffIDsOf(layers []registry.Layer) []digest.Digest {
 // its layers), and true is returned. A runtime that gives no config for
 // the image leaves its layers unseen: it counts as arrived when any
 // private layer is on the node.
-func (g *Guard) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bool, string) {
-	if img.ID == "" || !g.Policy().VerificationRequired("", true) {
+func (l *ledger) arrivedAroundTheProxy(ctx context.Context, img crireq.Image) (bool, string) {
+	if img.ID == "" || !l.Policy().VerificationRequired("", true) {
 		return false, ""
 	}
-	if _, err := g.store.Get(img.ID); !errors.Is(err, ErrNotFound) || g.unrecorded.has(img.ID) {
+	if _, err := l.store.Get(img.ID); !errors.Is(err, ErrNotFound) || l.unrecorded.has(img.ID) {
 		return false, "" // a record (or no answer: the decision fails closed) decides it
 	}
-	came, why := g.layers.CameWithPrivateLayers(ctx, img.ID, nil)
+	came, why := l.layers.CameWithPrivateLayers(ctx, img.ID, nil)
 	if !came {
 		return false, ""
 	}
-	if !g.layers.Observation.Observed() {
+	if !l.layers.Observation.Observed() {
 		// Not known to have come around the proxy, only not known to have
 		// been here before: refused for now, tracked by nothing.
 		return true, why
 	}
-	g.track(ctx, img, "an image that came around the proxy holds another image's private layers: tracked as pulled with no verified credential; every pod must pull it", why)
+	l.track(ctx, img, "an image that came around the proxy holds another image's private layers: tracked as pulled with no verified credential; every pod must pull it", why)
 	return true, why
 }
 
 // track records img as pulled with no verified credential under each
 // repository it is listed as: every pod verifies it from now on, and
 // ImageStatus hides it.
-func (g *Guard) track(ctx context.Context, img crireq.Image, msg, why string) {
-	unlock := g.refs.lock(img.ID)
+func (l *ledger) track(ctx context.Context, img crireq.Image, msg, why string) {
+	unlock := l.refs.lock(img.ID)
 	defer unlock()
 	// Its layers, as every end keeps them: learnt, or marked unknown.
-	defer g.keepLayers(ctx, img.ID, true)
+	defer l.keepLayers(ctx, img.ID, true)
 	repos := map[string]bool{}
 	for _, n := range img.Names {
-		if r, ok := g.repository(n); ok {
+		if r, ok := l.repository(n); ok {
 			repos[r] = true
 		}
 	}
 	for r := range repos {
 		// No preloaded names: it came around the proxy with a private
 		// layer, so it was never free.
-		if err := g.store.RecordPull(img.ID, r, Credential{}, "", g.clock.Now(), nil); err != nil {
-			g.unrecorded.inc(img.ID)
-			g.log.Error("tracking an image failed; every pod verifies it until a restart", "imageRef", img.ID, "err", err)
+		if err := l.store.RecordPull(img.ID, r, Credential{}, "", l.clock.Now(), nil); err != nil {
+			l.unrecorded.inc(img.ID)
+			l.log.Error("tracking an image failed; every pod verifies it until a restart", "imageRef", img.ID, "err", err)
 			break
 		}
 	}
 	if len(repos) == 0 {
-		g.unrecorded.inc(img.ID)
+		l.unrecorded.inc(img.ID)
 	}
-	g.metrics.arrivals.Inc()
-	g.log.Warn(msg, "imageRef", img.ID, "names", img.Names, "why", why)
+	l.metrics.arrivals.Inc()
+	l.log.Warn(msg, "imageRef", img.ID, "names", img.Names, "why", why)
 }
 
 // ObserveLayers is the first look at the node's images, at the daemon's
@@ -137,8 +137,8 @@ func (g *Guard) ObserveLayers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("learning the node's layers: list images: %w", err)
 	}
-	g.settleKept(ctx, images)
-	if !g.observeLayers(ctx, images, listedAt, len(images)) {
+	g.ledger.settleKept(ctx, images)
+	if !g.ledger.observeLayers(ctx, images, listedAt, len(images)) {
 		return fmt.Errorf("learning the node's layers: %w", context.Cause(ctx))
 	}
 	return nil
@@ -159,17 +159,17 @@ func (g *Guard) Looking() (end func()) { return g.layers.Observation.Looking() }
 // of images gone from the node. At most limit images are asked per look;
 // the first look that asks them all, uninterrupted, makes the node
 // observed. It reports whether the look was whole.
-func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, listedAt time.Time, limit int) bool {
-	if !g.layers.Observation.Observed() {
+func (l *ledger) observeLayers(ctx context.Context, images []crireq.Image, listedAt time.Time, limit int) bool {
+	if !l.layers.Observation.Observed() {
 		limit = len(images)
 	}
 	present := make(map[string]bool, len(images))
 	asked := 0
 	whole := true
-	seen := g.clock.Now()
+	seen := l.clock.Now()
 	for _, img := range images {
 		present[img.ID] = true
-		if _, ok := g.store.Layers(img.ID); ok {
+		if _, ok := l.store.Layers(img.ID); ok {
 			continue
 		}
 		if asked >= limit || ctx.Err() != nil {
@@ -177,25 +177,25 @@ func (g *Guard) observeLayers(ctx context.Context, images []crireq.Image, listed
 			continue
 		}
 		asked++
-		if _, _, kept := g.layers.Learn(ctx, img.ID, seen, true); !kept && g.layers.Restricts(img.ID) {
-			g.layers.Unknown.Add(img.ID, seen)
+		if _, _, kept := l.layers.Learn(ctx, img.ID, seen, true); !kept && l.layers.Restricts(img.ID) {
+			l.layers.Unknown.Add(img.ID, seen)
 		}
 	}
 	// Marks set since the list was taken are of images it may not show.
-	g.layers.Unknown.Retain(func(ref string) bool { return present[ref] }, listedAt)
-	if whole && ctx.Err() == nil && g.layers.Observation.MarkObserved() {
-		g.log.Info("the node's images are observed: those found now count as there before the proxy", "images", len(images))
+	l.layers.Unknown.Retain(func(ref string) bool { return present[ref] }, listedAt)
+	if whole && ctx.Err() == nil && l.layers.Observation.MarkObserved() {
+		l.log.Info("the node's images are observed: those found now count as there before the proxy", "images", len(images))
 	}
 	for _, img := range images {
 		if ctx.Err() != nil {
 			return false
 		}
-		if _, ok := g.store.Layers(img.ID); ok {
-			g.arrivedAroundTheProxy(ctx, img)
+		if _, ok := l.store.Layers(img.ID); ok {
+			l.arrivedAroundTheProxy(ctx, img)
 		}
 	}
-	if _, err := g.store.ForgetLayers(func(ref string) bool { return present[ref] }); err != nil {
-		g.log.Warn("forgetting the layers of images gone failed", "err", err)
+	if _, err := l.store.ForgetLayers(func(ref string) bool { return present[ref] }); err != nil {
+		l.log.Warn("forgetting the layers of images gone failed", "err", err)
 	}
 	return whole && ctx.Err() == nil
 }

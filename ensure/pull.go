@@ -4,15 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/layerprivacy"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
 )
+
+// puller is the pull path of the guard: each pull's tries, checked at the
+// registry beside the runtime's pull (verify.go), its end kept by the
+// ledger (settle.go). It owns the registry check, credential injection,
+// the runtime's store and the registry's last words (verifications); it
+// shares with the rest of the guard the records (the Decider), the hides
+// it answers after, the grants it gives, the layers in flight and the
+// pods' entitlements.
+type puller struct {
+	*Decider
+	ledger       *ledger
+	layers       *layerprivacy.Node
+	hidden       *hideTable
+	grants       *grantTable
+	entitlements *entitlements
+	metrics      *metrics
+	clock        clock.PassiveClock
+	imagePolicy  ImagePolicy
+
+	registry    RegistryCheck
+	credentials Credentials
+	manifests   RuntimeManifests
+	// verifications are the registry's last words, for records explain.
+	verifications *verificationTable
+}
 
 // Forward is the runtime's pull of one try: req carries the try's
 // credential in Auth. It returns the image reference the runtime answered.
@@ -35,59 +61,49 @@ type Credentials interface {
 // one succeeds; once the registry accepted a try's credential, that
 // credential is recorded before the answer (settle). Every allowed pull
 // grants the pod the image.
-func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forward Forward) (string, error) {
+func (p *puller) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forward Forward) (string, error) {
 	image, pod := req.GetImage().GetImage(), crireq.PodOf(req.GetSandboxConfig())
-	tries := g.tries(req)
-	repo, ok := g.repository(image)
+	tries := p.tries(req)
+	repo, ok := p.repository(image)
 	if !ok {
-		// No name to decide on: the runtime says what it is.
-		var pulled string
-		for try := range tries.All(ctx) {
-			ref, err := forward(ctx, try)
-			tries.Answer(err)
-			if err == nil {
-				pulled = ref
-			}
-		}
-		_, err := tries.Result()
-		return pulled, err
+		return forwardEach(ctx, tries, forward) // no name to decide on: the runtime says what it is
 	}
-	cred := Credential{Hash: g.store.HashAuth(authOf(req.GetAuth()))}
-	before, ok := g.answerFromNode(ctx, image, pod, repo, cred.Hash)
+	cred := Credential{Hash: p.store.HashAuth(authOf(req.GetAuth()))}
+	before, ok := p.answerFromNode(ctx, image, pod, repo, cred.Hash)
 	if ok {
 		return before, nil
 	}
 	// Before the runtime is asked what the name stands for: a removal of
 	// that image from then on (RemoveImage forgets its record) leaves no
 	// name of it to pass for preloaded.
-	began := g.clock.Now()
+	began := p.clock.Now()
 	if before == "" {
 		// What the name stands for before the pull, so that a pull that
 		// fails can be told from one that left a new image. Unknown ("") if
 		// the runtime does not say: any image found after a failure then
 		// counts as arrived.
-		if img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: image}); err == nil && present {
+		if img, present, err := p.runtime.Image(ctx, crireq.ImageQuery{Name: image}); err == nil && present {
 			before = img.ID
 		}
 	}
 
-	if err := g.RecordsAvailable(); err != nil {
+	if err := p.RecordsAvailable(); err != nil {
 		// The database could not be opened: no pull can be recorded,
 		// answered from the node or not. Refused before the registry or the
 		// runtime is asked, as the intent's write would refuse it. (A
 		// database that fails a write is tried again by each pull.)
-		g.metrics.recordErr.Inc()
+		p.metrics.recordErr.Inc()
 		return "", errCannotRecord(image)
 	}
-	g.pending.inc(repo)
-	defer g.pending.dec(repo)
+	p.pending.inc(repo)
+	defer p.pending.dec(repo)
 	// The pull's layers count as private to other pulls until its record
 	// is written (or it failed).
-	run := &pullRun{image: image, repo: repo, pod: pod, before: before, began: began, flight: g.layers.Flights.Start()}
-	defer g.layers.Flights.End(run.flight)
+	run := &pullRun{image: image, repo: repo, pod: pod, before: before, began: began, flight: p.layers.Flights.Start()}
+	defer p.layers.Flights.End(run.flight)
 	var pulled string
 	for try := range tries.All(ctx) {
-		ref, err := g.try(ctx, run, try, forward)
+		ref, err := p.try(ctx, run, try, forward)
 		tries.Answer(err)
 		if err == nil {
 			pulled = ref // the sequence ends at the first success
@@ -97,63 +113,84 @@ func (g *Guard) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, forw
 	switch {
 	case err != nil:
 	case run.verified != nil:
-		err = g.checkVerified(ctx, image, pulled, run.verified)
-	case g.registry != nil:
+		err = p.checkVerified(ctx, image, pulled, run.verified)
+	case p.registry != nil:
 		// The tries say one succeeded, and the registry verified none: a
 		// record rests on the registry's word alone.
 		err = fmt.Errorf("pulling %s: %w: %w", image, errNotVerified, errdefs.ErrUnavailable)
 	}
 	if err != nil {
 		end := endOf(ctx, run, err)
-		g.metrics.pulls.WithLabelValues("failure").Inc()
-		g.settle(ctx, run, end, "", Credential{})
+		p.metrics.pulls.WithLabelValues("failure").Inc()
+		p.ledger.settle(ctx, run, end, "", Credential{})
 		return "", err
 	}
-	g.metrics.pulls.WithLabelValues("success").Inc()
-	g.hidden.take(image)
-	cred = g.recordedCredential(ctx, pod, repo, cred.Hash, used)
-	ref, recorded := g.settle(ctx, run, endVerified, pulled, cred)
-	if run.verified != nil {
-		g.verifications.note(ref, repo, *run.verified, g.clock.Now())
-	}
-	g.grants.grant(pod.UID, ref, g.clock.Now())
-	if recorded {
-		g.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", image, ref, pod.String(), describe(cred))
-	} else {
-		g.logDecision(ctx, "PullImage: pulled from the registry; the credential could not be recorded, every other pod verifies", image, ref, pod.String(), describe(cred))
-	}
+	p.succeeded(ctx, run, pulled, p.recordedCredential(ctx, pod, repo, cred.Hash, used))
 	return pulled, nil
+}
+
+// succeeded ends a pull whose try the registry verified, the runtime
+// holding pulled: the credential cred recorded (settle), the pod granted
+// the image.
+func (p *puller) succeeded(ctx context.Context, run *pullRun, pulled string, cred Credential) {
+	p.metrics.pulls.WithLabelValues("success").Inc()
+	p.hidden.take(run.image)
+	ref, recorded := p.ledger.settle(ctx, run, endVerified, pulled, cred)
+	if run.verified != nil {
+		p.verifications.note(ref, run.repo, *run.verified, p.clock.Now())
+	}
+	p.grants.grant(run.pod.UID, ref, p.clock.Now())
+	if recorded {
+		p.logDecision(ctx, "PullImage: pulled from the registry, credential recorded", run.image, ref, run.pod.String(), describe(cred))
+	} else {
+		p.logDecision(ctx, "PullImage: pulled from the registry; the credential could not be recorded, every other pod verifies", run.image, ref, run.pod.String(), describe(cred))
+	}
+}
+
+// forwardEach forwards each try as it is, until one succeeds: a pull of a
+// name with no repository to decide on.
+func forwardEach(ctx context.Context, tries pullcred.Tries, forward Forward) (string, error) {
+	var pulled string
+	for try := range tries.All(ctx) {
+		ref, err := forward(ctx, try)
+		tries.Answer(err)
+		if err == nil {
+			pulled = ref
+		}
+	}
+	_, err := tries.Result()
+	return pulled, err
 }
 
 // tries is the tries a pull of req goes with: credential injection's, or
 // the request's own alone.
-func (g *Guard) tries(req *runtimeapi.PullImageRequest) pullcred.Tries {
-	if g.credentials == nil {
+func (p *puller) tries(req *runtimeapi.PullImageRequest) pullcred.Tries {
+	if p.credentials == nil {
 		return pullcred.Own(req)
 	}
-	return g.credentials.Tries(req)
+	return p.credentials.Tries(req)
 }
 
 // try is one try of a pull: the registry's word on its credential (Verify)
 // beside the runtime's pull of it (forward). It returns the image
 // reference to answer with; a try the registry verified notes that word
 // in run.
-func (g *Guard) try(ctx context.Context, run *pullRun, req *runtimeapi.PullImageRequest, forward Forward) (string, error) {
-	if g.registry == nil {
+func (p *puller) try(ctx context.Context, run *pullRun, req *runtimeapi.PullImageRequest, forward Forward) (string, error) {
+	if p.registry == nil {
 		// Tests of the rest only: the daemon always has a registry check.
-		if err := g.noteIntent(run); err != nil {
+		if err := p.noteIntent(run); err != nil {
 			return "", err
 		}
 		ref, err := forward(ctx, req)
 		if err == nil {
-			crireq.LearnPullRef(g.runtime, ref)
+			crireq.LearnPullRef(p.runtime, ref)
 		}
 		if cutShort(ctx, err) {
 			run.stopped = true
 		}
 		return ref, err
 	}
-	ref, v, err := g.Verify(ctx, run, req, forward)
+	ref, v, err := p.Verify(ctx, run, req, forward)
 	if err == nil {
 		run.verified = &v
 	}
@@ -164,7 +201,7 @@ func (g *Guard) try(ctx context.Context, run *pullRun, req *runtimeapi.PullImage
 // succeeded. A plugin's, when the tries say so (the request had none, or
 // the registry refused the request's own), else the request's (of hash
 // hash; "" for none).
-func (g *Guard) recordedCredential(ctx context.Context, pod crireq.Pod, repo, hash string, used pullcred.Used) Credential {
+func (p *puller) recordedCredential(ctx context.Context, pod crireq.Pod, repo, hash string, used pullcred.Used) Credential {
 	switch {
 	case used.Provider != "" && used.ServiceAccount != nil:
 		// A token plugin pulled it with the pod's service account.
@@ -177,21 +214,21 @@ func (g *Guard) recordedCredential(ctx context.Context, pod crireq.Pod, repo, ha
 	case hash == "":
 		return Credential{Node: true} // anonymous
 	}
-	return Credential{Hash: hash, Secret: g.entitlements.secretOf(ctx, pod, repo, hash)}
+	return Credential{Hash: hash, Secret: p.entitlements.secretOf(ctx, pod, repo, hash)}
 }
 
 // noteIntent durably notes the pull's intent, once, before the runtime is
 // first asked: as the kubelet, no intent, no pull (a crash in between
 // could not be told apart from a preloaded image). A pull the registry's
 // word answers from the node writes none: the node does not change.
-func (g *Guard) noteIntent(run *pullRun) error {
+func (p *puller) noteIntent(run *pullRun) error {
 	if run.intent != "" {
 		return nil
 	}
-	intent, err := g.store.AddIntent(run.image)
+	intent, err := p.store.AddIntent(run.image)
 	if err != nil {
-		g.metrics.recordErr.Inc()
-		g.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", run.image, "err", err)
+		p.metrics.recordErr.Inc()
+		p.log.Error("noting a pull intent failed; the pull is refused until the database takes writes again", "image", run.image, "err", err)
 		// The cause (a path, a disk) is the operator's: the pod's owner
 		// reads this in an event.
 		return errCannotRecord(run.image)
@@ -209,115 +246,40 @@ func errCannotRecord(image string) error {
 // credential, or the pod, is already verified for the hidden image: the
 // image's ID, granted to the pod. When it does not answer, it returns the
 // hidden image's ID ("" with no hide): what the name stood for before.
-func (g *Guard) answerFromNode(ctx context.Context, image string, pod crireq.Pod, repo, hash string) (string, bool) {
-	ref, hidden := g.hidden.peek(image, g.clock.Now())
+func (p *puller) answerFromNode(ctx context.Context, image string, pod crireq.Pod, repo, hash string) (string, bool) {
+	ref, hidden := p.hidden.peek(image, p.clock.Now())
 	if !hidden {
 		return "", false
 	}
-	ok, why := g.verified(ref, repo, hash)
+	ok, why := p.verified(ref, repo, hash)
 	if !ok {
 		// As the kubelet's MustAttemptImagePull: the pod may be entitled
 		// by another of its pull secrets (rotated included), or by its
 		// service account (a token plugin behind the proxy).
-		if entitled, because := g.entitlements.podEntitled(ctx, pod, ref, repo); entitled {
+		if entitled, because := p.entitlements.podEntitled(ctx, pod, ref, repo); entitled {
 			ok, why = true, because
 		}
 	}
 	if !ok {
-		g.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", image, ref, pod.String(), why)
+		p.logDecision(ctx, "PullImage: not answered from the node, the registry verifies", image, ref, pod.String(), why)
 		return ref, false
 	}
-	g.hidden.take(image)
-	g.grants.grant(pod.UID, ref, g.clock.Now())
-	g.metrics.reuses.Inc()
-	g.logDecision(ctx, "PullImage: answered from the node, no registry traffic", image, ref, pod.String(), why)
+	p.hidden.take(image)
+	p.grants.grant(pod.UID, ref, p.clock.Now())
+	p.metrics.reuses.Inc()
+	p.logDecision(ctx, "PullImage: answered from the node, no registry traffic", image, ref, pod.String(), why)
 	return ref, true
-}
-
-// imageID returns the image ID a pull's image_ref stands for: the
-// ref itself when it is an ID (containerd), else what the runtime answers
-// for the name (a runtime that answers a repo digest). When it cannot be
-// told, the ref is kept: a record under it can only be missed, never
-// match another image.
-func (g *Guard) imageID(ctx context.Context, name, ref string) string {
-	return crireq.ImageID(ctx, g.runtime, name, ref)
-}
-
-// namesBeforePull returns the names the image ref, which a pull of image (of
-// repository repo) just resolved to, was listed under before that pull,
-// when ref has no record yet: it was on the node, free to every pod by
-// those names, and they stay so (the store keeps them with the pull's
-// record, as its preloaded names). Nil when ref has a record (the store
-// would ignore them) or the runtime cannot say. The caller holds ref's
-// lock, so no other pull through the proxy records ref meanwhile.
-//
-// The runtime answers with the names the image has now; those this pull,
-// or another in flight, may have given it are left out, so that no name a
-// tenant pulled with credentials passes for a preloaded one:
-//   - image itself, unless it named ref before the pull (before);
-//   - the digests of repo: the pull adds repo@manifest-digest, which a
-//     preload from the same repository may have added already, and the
-//     two cannot be told apart;
-//   - every name of a repository with another pull through the proxy in
-//     flight (or unsettled): it may have added it, and not recorded it yet.
-//
-// None at all when the image came around the proxy holding a layer that
-// was private on the node before the proxy first saw it
-// (cameWithPrivateLayers): it was never free, whatever its names.
-//
-// None either when the image was removed through the proxy since the pull
-// began (its record, forgotten, may have been a tenant's), or before the
-// proxy has observed the node (a look at its
-// images that succeeded): what was there before cannot be told yet.
-//
-// What is left out needs verification, as an image without preloaded
-// names does: the error is on the safe side. See decide for what the names then allow.
-func (g *Guard) namesBeforePull(ctx context.Context, run *pullRun, ref string) []string {
-	image, repo, before, fl := run.image, run.repo, run.before, run.flight
-	if g.removals.since(ref, run.began) || !g.layers.Observation.Await(ctx) {
-		return nil
-	}
-	if _, err := g.store.Get(ref); !errors.Is(err, ErrNotFound) || g.unrecorded.has(ref) {
-		return nil // a record (readable or not), or a pull of it that could not record
-	}
-	img, ok, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: ref})
-	if err != nil || !ok || img.ID != ref {
-		return nil
-	}
-	asked := g.parse(image).Lookup()
-	var out []string
-	for _, name := range img.Names {
-		n := g.parse(name)
-		own := 0
-		if n.Repository == repo {
-			own = 1 // this pull's own count
-		}
-		switch key := n.Lookup(); {
-		case !n.OK:
-		case key == asked && before != ref:
-		case n.Repository == repo && strings.Contains(key, "@"):
-		case g.pending.count(n.Repository) > own:
-		default:
-			out = append(out, key)
-		}
-	}
-	if len(out) > 0 {
-		if came, _ := g.layers.CameWithPrivateLayers(ctx, ref, fl); came {
-			return nil
-		}
-	}
-	return out
 }
 
 // checkVerified holds a pull that succeeded to the registry's word: the
 // image the registry answered for the try's credential must be the one the
 // runtime answered; else nothing is recorded for the credential, and the
 // image is tracked as pulled with no verified credential.
-func (g *Guard) checkVerified(ctx context.Context, image, pulled string, v *RegistryVerification) error {
-	if v.ImageID == g.imageID(context.WithoutCancel(ctx), image, pulled) {
+func (p *puller) checkVerified(ctx context.Context, image, pulled string, v *RegistryVerification) error {
+	if v.ImageID == p.imageID(context.WithoutCancel(ctx), image, pulled) {
 		return nil
 	}
-	g.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
+	p.log.WarnContext(ctx, "ensure: the registry verified another image than the pull answered; its credential is not recorded", "image", image, "verified", v.ImageID, "pulled", pulled)
 	return fmt.Errorf("pulling %s: %w: %w", image, errNotVerified, errdefs.ErrUnavailable)
 }
 

@@ -3,14 +3,34 @@ package ensure
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/layerprivacy"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
+
+// ledger keeps the facts every end leaves on the node, in one place: a
+// pull's end (settle), the intents kept until their outcome is known
+// (intents.go: a crash's, a cut pull's), and an image that arrived around
+// the proxy (track, arrivedAroundTheProxy and the looks at the node in
+// layers.go). It owns no table of its own: it writes the records, the
+// kept intents and the layers the Guard shares, under the image locks
+// RemoveImage takes too.
+type ledger struct {
+	*Decider // the records, the runtime, the pulls in flight, the log
+	layers   *layerprivacy.Node
+	kept     *keptIntents
+	refs     *refLocks
+	removals *removalTable
+	metrics  *metrics
+	clock    clock.PassiveClock
+}
 
 // A pull through the proxy ends in one of the ways below, and settle is
 // the one place each end's facts are kept. Every end keeps the same
@@ -122,7 +142,7 @@ const settleTimeout = 10 * time.Second
 // succeeds, or the next start settles it. It returns the image ID the
 // end left the name standing for ("" when none or not known), and whether
 // the verified credential was recorded.
-func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled string, cred Credential) (string, bool) {
+func (l *ledger) settle(ctx context.Context, run *pullRun, end pullEnd, pulled string, cred Credential) (string, bool) {
 	// Only a runtime's pull cut short leaves the runtime's word unknown: a
 	// pull cut before the runtime was asked, or after it answered, left
 	// what the runtime says now.
@@ -131,20 +151,20 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	defer cancel()
 	var id string
 	if end == endVerified {
-		id = g.imageID(ctx, run.image, pulled)
+		id = l.imageID(ctx, run.image, pulled)
 	} else {
 		cred = Credential{}
 		var arrived bool
-		if id, arrived = g.arrived(ctx, run, end); !arrived {
+		if id, arrived = l.arrived(ctx, run, end); !arrived {
 			return "", false
 		}
 	}
 	// What was on the node before decides the preloaded names: a look under
 	// way is waited for before the image's lock is taken.
-	g.layers.Observation.Await(ctx)
-	unlock := g.refs.lock(id)
-	preloaded := g.namesBeforePull(ctx, run, id)
-	if end == endVerified && run.intent == "" && !cut && g.verifiedRecently(id, run.repo, cred) {
+	l.layers.Observation.Await(ctx)
+	unlock := l.refs.lock(id)
+	preloaded := l.namesBeforePull(ctx, run, id)
+	if end == endVerified && run.intent == "" && !cut && l.verifiedRecently(id, run.repo, cred) {
 		// Answered from the node on the registry's word, for a credential
 		// the record holds and verified a moment ago: nothing to write (a
 		// write is two fsyncs, most of a re-checked pull's cost). A
@@ -153,7 +173,7 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 		unlock()
 		return id, true
 	}
-	err := g.recordEnd(ctx, run, end, id, cred, preloaded)
+	err := l.recordEnd(ctx, run, end, id, cred, preloaded)
 	unlock()
 	if err != nil {
 		return id, false
@@ -161,15 +181,15 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 	if end == endVerified {
 		// The record tracks what the name stands for: the intents earlier
 		// pulls of it kept protect nothing more.
-		g.settlePulled(ctx, run.image)
+		l.settlePulled(ctx, run.image)
 	}
 	if cut {
-		g.kept.keep(Intent{ID: run.intent, Image: run.image}, run.repo, run.keptSince())
+		l.kept.keep(Intent{ID: run.intent, Image: run.image}, run.repo, run.keptSince())
 	}
 	if end == endVerified {
 		return id, true
 	}
-	g.logDecision(ctx, "PullImage: "+end.String()+", but the image arrived: tracked with no verified credential", run.image, id, run.pod.String(), "every pod verifies")
+	l.logDecision(ctx, "PullImage: "+end.String()+", but the image arrived: tracked with no verified credential", run.image, id, run.pod.String(), "every pod verifies")
 	return id, false
 }
 
@@ -178,25 +198,25 @@ func (g *Guard) settle(ctx context.Context, run *pullRun, end pullEnd, pulled st
 // pull). Otherwise it settles the pull's intent here, and says false:
 // dropped when the runtime's last word on every try is known, kept while
 // it is not (a try stopped or cut before it answered, or no answer now).
-func (g *Guard) arrived(ctx context.Context, run *pullRun, end pullEnd) (string, bool) {
+func (l *ledger) arrived(ctx context.Context, run *pullRun, end pullEnd) (string, bool) {
 	keep := Intent{ID: run.intent, Image: run.image}
-	img, present, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
+	img, present, err := l.runtime.Image(ctx, crireq.ImageQuery{Name: run.image})
 	switch {
 	case err != nil:
-		g.kept.keep(keep, run.repo, run.keptSince())
-		g.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
+		l.kept.keep(keep, run.repo, run.keptSince())
+		l.log.Warn("a pull ended and the runtime cannot say what it left; its intent is kept until it can", "image", run.image, "end", end.String(), "err", err)
 		return "", false
 	case present && img.ID != run.before:
 		return img.ID, true
 	case run.stopped:
-		g.kept.keep(keep, run.repo, run.keptSince())
-		g.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
+		l.kept.keep(keep, run.repo, run.keptSince())
+		l.log.Info("a pull was stopped before the runtime said it finished; its intent is kept", "image", run.image, "end", end.String(), "settledBy", "a GC run or a pull of the image")
 	case run.intent == "":
 		// The runtime was never asked: nothing was noted.
 	default:
-		if err := g.store.DropIntent(run.intent); err != nil {
-			g.kept.keep(keep, run.repo, time.Time{})
-			g.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
+		if err := l.store.DropIntent(run.intent); err != nil {
+			l.kept.keep(keep, run.repo, time.Time{})
+			l.log.Warn("dropping a pull intent failed; it is kept until a GC run settles it", "image", run.image, "err", err)
 		}
 	}
 	return "", false
@@ -208,7 +228,7 @@ func (g *Guard) arrived(ctx context.Context, run *pullRun, end pullEnd) (string,
 // runtime or marked unknown) and its preloaded names, in one transaction
 // with the intent's removal, unless a try was cut (the runtime's last
 // word not known: the intent stays).
-func (g *Guard) recordEnd(ctx context.Context, run *pullRun, end pullEnd, id string, cred Credential, preloaded []string) error {
+func (l *ledger) recordEnd(ctx context.Context, run *pullRun, end pullEnd, id string, cred Credential, preloaded []string) error {
 	intent := run.intent
 	if run.stopped {
 		// The runtime's last word on a stopped try is not known: whatever
@@ -220,17 +240,17 @@ func (g *Guard) recordEnd(ctx context.Context, run *pullRun, end pullEnd, id str
 	var err error
 	if verified {
 		// The registry vouched for every layer as repo: kept with the record.
-		err = g.store.RecordVerifiedPull(id, run.repo, cred, run.verified.Layers, intent, g.clock.Now(), preloaded)
+		err = l.store.RecordVerifiedPull(id, run.repo, cred, run.verified.Layers, intent, l.clock.Now(), preloaded)
 	} else {
-		err = g.store.RecordPull(id, run.repo, cred, intent, g.clock.Now(), preloaded)
+		err = l.store.RecordPull(id, run.repo, cred, intent, l.clock.Now(), preloaded)
 	}
 	if err != nil || !verified {
 		// Not kept with the record: learnt from the runtime, or marked
 		// unknown (a record that failed restricts the image meanwhile).
-		g.keepLayers(ctx, id, err != nil || !cred.Node)
+		l.keepLayers(ctx, id, err != nil || !cred.Node)
 	}
 	if err != nil {
-		g.recordFailed(run.image, run.repo, id, run.intent, err)
+		l.recordFailed(run.image, run.repo, id, run.intent, err)
 	}
 	return err
 }
@@ -243,8 +263,8 @@ const verifyRefresh = time.Minute
 
 // refreshWithin is the age under which a re-check of repo's credential is
 // not rewritten.
-func (g *Guard) refreshWithin(repo string) time.Duration {
-	if max := g.Expiry().MaxAge(repo); max > 0 && max/10 < verifyRefresh {
+func (l *ledger) refreshWithin(repo string) time.Duration {
+	if max := l.Expiry().MaxAge(repo); max > 0 && max/10 < verifyRefresh {
 		return max / 10
 	}
 	return verifyRefresh
@@ -252,18 +272,18 @@ func (g *Guard) refreshWithin(repo string) time.Duration {
 
 // verifiedRecently reports whether the record of imageRef holds cred for
 // repo, verified less than refreshWithin(repo) ago, with its layers known.
-func (g *Guard) verifiedRecently(imageRef, repo string, cred Credential) bool {
-	if _, ok := g.store.Layers(imageRef); !ok {
+func (l *ledger) verifiedRecently(imageRef, repo string, cred Credential) bool {
+	if _, ok := l.store.Layers(imageRef); !ok {
 		return false
 	}
 	keys := records.CredentialKeys(cred)
 	if len(keys) == 0 {
 		return false
 	}
-	within := g.refreshWithin(repo)
+	within := l.refreshWithin(repo)
 	for _, k := range keys {
-		at, ok, err := g.store.VerifiedAt(imageRef, repo, k)
-		if err != nil || !ok || g.clock.Since(at) >= within || at.After(g.clock.Now()) {
+		at, ok, err := l.store.VerifiedAt(imageRef, repo, k)
+		if err != nil || !ok || l.clock.Since(at) >= within || at.After(l.clock.Now()) {
 			return false
 		}
 	}
@@ -276,10 +296,10 @@ func (g *Guard) verifiedRecently(imageRef, repo string, cred Credential) bool {
 // layers are marked unknown: until they are learnt (a GC run asks again),
 // every layer the node holds counts as one it may hold, and so as private
 // (layerPrivate).
-func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool) {
-	if _, _, kept := g.layers.Learn(ctx, imageRef, g.clock.Now(), true); !kept && restricts {
-		g.layers.Unknown.Add(imageRef, g.clock.Now())
-		g.log.Warn("the runtime does not say which layers an image holds; every layer on the node counts as private until it does",
+func (l *ledger) keepLayers(ctx context.Context, imageRef string, restricts bool) {
+	if _, _, kept := l.layers.Learn(ctx, imageRef, l.clock.Now(), true); !kept && restricts {
+		l.layers.Unknown.Add(imageRef, l.clock.Now())
+		l.log.Warn("the runtime does not say which layers an image holds; every layer on the node counts as private until it does",
 			"imageRef", imageRef)
 	}
 }
@@ -288,11 +308,11 @@ func (g *Guard) keepLayers(ctx context.Context, imageRef string, restricts bool)
 // Until a GC run (or the next start) settles it, as the kubelet's intent
 // counter does, the image counts as pulled by the proxy with no verified
 // credential, by its repository and by its ID: never as preloaded.
-func (g *Guard) recordFailed(image, repo, ref, intent string, err error) {
-	g.kept.keep(Intent{ID: intent, Image: image}, repo, time.Time{})
-	g.unrecorded.inc(ref)
-	g.metrics.recordErr.Inc()
-	g.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
+func (l *ledger) recordFailed(image, repo, ref, intent string, err error) {
+	l.kept.keep(Intent{ID: intent, Image: image}, repo, time.Time{})
+	l.unrecorded.inc(ref)
+	l.metrics.recordErr.Inc()
+	l.log.Error("recording a pull failed; every other pod verifies the image", "image", image, "imageRef", ref,
 		"until", "its intent is settled", "err", err)
 }
 
@@ -328,4 +348,70 @@ func (r *removalTable) gc(until time.Time) {
 			delete(r.m, ref)
 		}
 	}
+}
+
+// namesBeforePull returns the names the image ref, which a pull of image (of
+// repository repo) just resolved to, was listed under before that pull,
+// when ref has no record yet: it was on the node, free to every pod by
+// those names, and they stay so (the store keeps them with the pull's
+// record, as its preloaded names). Nil when ref has a record (the store
+// would ignore them) or the runtime cannot say. The caller holds ref's
+// lock, so no other pull through the proxy records ref meanwhile.
+//
+// The runtime answers with the names the image has now; those this pull,
+// or another in flight, may have given it are left out, so that no name a
+// tenant pulled with credentials passes for a preloaded one:
+//   - image itself, unless it named ref before the pull (before);
+//   - the digests of repo: the pull adds repo@manifest-digest, which a
+//     preload from the same repository may have added already, and the
+//     two cannot be told apart;
+//   - every name of a repository with another pull through the proxy in
+//     flight (or unsettled): it may have added it, and not recorded it yet.
+//
+// None at all when the image came around the proxy holding a layer that
+// was private on the node before the proxy first saw it
+// (cameWithPrivateLayers): it was never free, whatever its names.
+//
+// None either when the image was removed through the proxy since the pull
+// began (its record, forgotten, may have been a tenant's), or before the
+// proxy has observed the node (a look at its
+// images that succeeded): what was there before cannot be told yet.
+//
+// What is left out needs verification, as an image without preloaded
+// names does: the error is on the safe side. See decide for what the names then allow.
+func (l *ledger) namesBeforePull(ctx context.Context, run *pullRun, ref string) []string {
+	image, repo, before, fl := run.image, run.repo, run.before, run.flight
+	if l.removals.since(ref, run.began) || !l.layers.Observation.Await(ctx) {
+		return nil
+	}
+	if _, err := l.store.Get(ref); !errors.Is(err, ErrNotFound) || l.unrecorded.has(ref) {
+		return nil // a record (readable or not), or a pull of it that could not record
+	}
+	img, ok, err := l.runtime.Image(ctx, crireq.ImageQuery{Name: ref})
+	if err != nil || !ok || img.ID != ref {
+		return nil
+	}
+	asked := l.parse(image).Lookup()
+	var out []string
+	for _, name := range img.Names {
+		n := l.parse(name)
+		own := 0
+		if n.Repository == repo {
+			own = 1 // this pull's own count
+		}
+		switch key := n.Lookup(); {
+		case !n.OK:
+		case key == asked && before != ref:
+		case n.Repository == repo && strings.Contains(key, "@"):
+		case l.pending.count(n.Repository) > own:
+		default:
+			out = append(out, key)
+		}
+	}
+	if len(out) > 0 {
+		if came, _ := l.layers.CameWithPrivateLayers(ctx, ref, fl); came {
+			return nil
+		}
+	}
+	return out
 }

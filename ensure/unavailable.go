@@ -54,15 +54,6 @@ func (s unavailableStore) Prune(func(string) bool, time.Time) (int, error) {
 	return 0, s.err()
 }
 
-// RecordsAvailable returns nil when the guard's records database is
-// usable, and otherwise why not: a readiness check and a metric report it.
-func (g *Guard) RecordsAvailable() error {
-	if u, ok := g.store.(interface{ Unavailable() error }); ok {
-		return u.Unavailable()
-	}
-	return nil
-}
-
 func (u unavailableStore) VerifiedAt(string, string, string) (time.Time, bool, error) {
 	return time.Time{}, false, u.err()
 }

@@ -68,41 +68,41 @@ type RegistryCheck interface {
 // runtime's pull of it. Verify returns the image ID to answer with. A try
 // whose runtime pull it stopped before the runtime answered marks run
 // stopped: the runtime may still create the image.
-func (g *Guard) Verify(ctx context.Context, run *pullRun, try *runtimeapi.PullImageRequest, forward Forward) (string, RegistryVerification, error) {
+func (p *puller) Verify(ctx context.Context, run *pullRun, try *runtimeapi.PullImageRequest, forward Forward) (string, RegistryVerification, error) {
 	image, pod, repo, present := run.image, run.pod, run.repo, run.before
 	cred := registry.CredentialOf(try.GetAuth())
-	policy := &policyDecision{policy: g.imagePolicy, image: image, pod: pod, cred: cred}
+	policy := &policyDecision{policy: p.imagePolicy, image: image, pod: pod, cred: cred}
 	req := registry.Request{Image: image, Credential: cred, Blobs: true,
-		ProveLayers: g.layerChooser(image, repo, run.flight, cred.Kind() == registry.KindAnonymous),
+		ProveLayers: p.layerChooser(image, repo, run.flight, cred.Kind() == registry.KindAnonymous),
 	}
 	// The runtime is asked only once the image policy allowed the digest
 	// the registry names, when a policy applies to the image (onDigest).
 	var onDigest *policyDecision
 	switch {
-	case g.imagePolicy.NameDecides(pod, image):
+	case p.imagePolicy.NameDecides(pod, image):
 		// No provider applies: the namespace's no-match policy decides on
 		// the name, before the runtime is asked (a Deny namespace pulls
 		// nothing it refuses).
 		if err := policy.decide(ctx, "", ""); err != nil {
 			return "", RegistryVerification{}, err
 		}
-	case g.hasImagePolicy():
+	case p.hasImagePolicy():
 		onDigest = policy
 	}
 	if present != "" {
 		// Asked again, not taken from the pull's first look: the image may
 		// have been removed since, and its ID would answer for nothing.
-		held, err := g.pulledImage(ctx, image, repo, present)
+		held, err := p.pulledImage(ctx, image, repo, present)
 		if err != nil {
 			return "", RegistryVerification{}, err
 		}
 		req := req
 		req.Beside = heldImage{held: held, id: present, onDigest: onDigest}
-		res, err := g.registry.Check(ctx, req)
+		res, err := p.registry.Check(ctx, req)
 		switch {
 		case err == nil:
 			policy.bind(present)
-			return present, g.registryWord(ctx, image, res, present, true), nil
+			return present, p.registryWord(ctx, image, res, present, true), nil
 		case errors.Is(err, registry.ErrMoved):
 			// The tag moved since the image came to the node: the runtime
 			// pulls the new one, which must be what the registry names now
@@ -110,20 +110,20 @@ func (g *Guard) Verify(ctx context.Context, run *pullRun, try *runtimeapi.PullIm
 		case errors.As(err, new(policyRefusal)):
 			return "", RegistryVerification{}, err
 		default:
-			return "", RegistryVerification{}, g.checkFailed(ctx, image, err)
+			return "", RegistryVerification{}, p.checkFailed(ctx, image, err)
 		}
 	}
-	pulled, res, err := g.pullBeside(ctx, run, req, onDigest, try, forward)
+	pulled, res, err := p.pullBeside(ctx, run, req, onDigest, try, forward)
 	if err != nil {
 		return "", RegistryVerification{}, err
 	}
 	policy.bind(res.ConfigDigest.String())
-	return pulled, g.registryWord(ctx, image, res, res.ConfigDigest.String(), false), nil
+	return pulled, p.registryWord(ctx, image, res, res.ConfigDigest.String(), false), nil
 }
 
 // hasImagePolicy reports whether an image policy is configured.
-func (g *Guard) hasImagePolicy() bool {
-	_, none := g.imagePolicy.(noImagePolicy)
+func (p *puller) hasImagePolicy() bool {
+	_, none := p.imagePolicy.(noImagePolicy)
 	return !none
 }
 
@@ -142,20 +142,20 @@ type policyDecision struct {
 // decide decides the try on manifest ("" for the name alone); imageID is
 // the image on the node the name stands for, if that manifest is its. A
 // refusal ends the registry check as the policy words it (policyRefusal).
-func (p *policyDecision) decide(ctx context.Context, manifest digest.Digest, imageID string) error {
-	bind, err := p.policy.Pull(ctx, p.image, p.pod, p.cred, manifest, imageID)
+func (pd *policyDecision) decide(ctx context.Context, manifest digest.Digest, imageID string) error {
+	bind, err := pd.policy.Pull(ctx, pd.image, pd.pod, pd.cred, manifest, imageID)
 	if err != nil {
 		return policyRefusal{err}
 	}
-	p.allowed = bind
+	pd.allowed = bind
 	return nil
 }
 
 // bind carries the verdict over to the image the try produced; with no
 // decision (no image policy applies), there is none to bind.
-func (p *policyDecision) bind(imageID string) {
-	if p.allowed != nil {
-		p.allowed(imageID)
+func (pd *policyDecision) bind(imageID string) {
+	if pd.allowed != nil {
+		pd.allowed(imageID)
 	}
 }
 
@@ -205,7 +205,7 @@ func (h heldImage) Pulled(context.Context) (registry.PulledImage, error) { retur
 // manifest the registry names (onDigest; at once without it), and the
 // check waits for it (Pulled).
 type runtimePull struct {
-	g        *Guard
+	pulls    *puller
 	run      *pullRun
 	onDigest *policyDecision
 	// allowed is closed once the runtime may be asked; done carries its
@@ -224,35 +224,35 @@ type pullOutcome struct {
 	started bool
 }
 
-func (p *runtimePull) Resolved(ctx context.Context, manifest digest.Digest) error {
-	if p.onDigest == nil {
+func (rp *runtimePull) Resolved(ctx context.Context, manifest digest.Digest) error {
+	if rp.onDigest == nil {
 		return nil // allowed from the start
 	}
-	if err := p.onDigest.decide(ctx, manifest, ""); err != nil {
+	if err := rp.onDigest.decide(ctx, manifest, ""); err != nil {
 		return err
 	}
-	close(p.allowed)
+	close(rp.allowed)
 	return nil
 }
 
-func (p *runtimePull) Manifest(ctx context.Context, d digest.Digest) ([]byte, error) {
-	if p.g.manifests == nil {
+func (rp *runtimePull) Manifest(ctx context.Context, d digest.Digest) ([]byte, error) {
+	if rp.pulls.manifests == nil {
 		return nil, errNoRuntimeStore
 	}
-	return p.g.manifests.Manifest(ctx, d)
+	return rp.pulls.manifests.Manifest(ctx, d)
 }
 
-func (p *runtimePull) Pulled(ctx context.Context) (registry.PulledImage, error) {
+func (rp *runtimePull) Pulled(ctx context.Context) (registry.PulledImage, error) {
 	select {
-	case p.out = <-p.done:
-		p.waited = true
+	case rp.out = <-rp.done:
+		rp.waited = true
 	case <-ctx.Done():
 		return registry.PulledImage{}, ctx.Err()
 	}
-	if p.out.err != nil {
+	if rp.out.err != nil {
 		return registry.PulledImage{}, errRuntimePull
 	}
-	return p.g.pulledImage(context.WithoutCancel(ctx), p.run.image, p.run.repo, p.out.ref)
+	return rp.pulls.pulledImage(context.WithoutCancel(ctx), rp.run.image, rp.run.repo, rp.out.ref)
 }
 
 // pullBeside runs the runtime's pull of try (forward) and the registry
@@ -263,14 +263,14 @@ func (p *runtimePull) Pulled(ctx context.Context) (registry.PulledImage, error) 
 // was. A check that ends first with a refusal stops the pull (and waits
 // for it to end), marking run stopped when the runtime had not answered;
 // a pull that fails is answered with the runtime's own error.
-func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Request, onDigest *policyDecision, try *runtimeapi.PullImageRequest, forward Forward) (string, registry.Result, error) {
+func (p *puller) pullBeside(ctx context.Context, run *pullRun, req registry.Request, onDigest *policyDecision, try *runtimeapi.PullImageRequest, forward Forward) (string, registry.Result, error) {
 	image := run.image
-	if err := g.noteIntent(run); err != nil {
+	if err := p.noteIntent(run); err != nil {
 		return "", registry.Result{}, err
 	}
 	pullCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	rp := &runtimePull{g: g, run: run, onDigest: onDigest, allowed: make(chan struct{}), done: make(chan pullOutcome, 1)}
+	rp := &runtimePull{pulls: p, run: run, onDigest: onDigest, allowed: make(chan struct{}), done: make(chan pullOutcome, 1)}
 	if onDigest == nil {
 		close(rp.allowed)
 	}
@@ -285,12 +285,12 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 		}
 		ref, err := forward(pullCtx, try)
 		if err == nil {
-			crireq.LearnPullRef(g.runtime, ref)
+			crireq.LearnPullRef(p.runtime, ref)
 		}
 		rp.done <- pullOutcome{ref, err, true}
 	}()
 	req.Beside = rp
-	res, err := g.registry.Check(ctx, req)
+	res, err := p.registry.Check(ctx, req)
 	out := rp.out
 	if !rp.waited {
 		// The check ended first (a refusal, the registry unreachable, the
@@ -314,13 +314,13 @@ func (g *Guard) pullBeside(ctx context.Context, run *pullRun, req registry.Reque
 	case errors.As(err, new(policyRefusal)):
 		return "", res, err // the image policy's, as it words it for the pod
 	case err != nil:
-		return "", res, g.checkFailed(ctx, image, err)
+		return "", res, p.checkFailed(ctx, image, err)
 	case !rp.waited:
 		return "", res, fmt.Errorf("pulling %s: the registry check ended without the runtime's pull: %w", image, errdefs.ErrInternal)
 	}
-	id := g.imageID(context.WithoutCancel(ctx), image, out.ref)
+	id := p.imageID(context.WithoutCancel(ctx), image, out.ref)
 	if err := crireq.PulledAsAnswered(image, id, res.ConfigDigest); err != nil {
-		g.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
+		p.log.WarnContext(ctx, "ensure: the runtime pulled another image than the registry answered; its credential is not recorded",
 			"image", image, "pulled", id, "registry", res.Endpoint, "answered", res.ConfigDigest, "cause", "a tag moved, or the runtime got the image elsewhere")
 		return "", res, err
 	}
@@ -344,27 +344,27 @@ func cutShort(ctx context.Context, err error) bool {
 // pulledImage is what the runtime proved of the image ref it holds for
 // image (repository repo): its ID, and the manifest digests it recorded
 // for repo (containerd fetched and verified those bytes).
-func (g *Guard) pulledImage(ctx context.Context, image, repo, ref string) (registry.PulledImage, error) {
-	id := g.imageID(ctx, image, ref)
-	p := registry.PulledImage{ImageID: crireq.IDDigest(id)}
-	img, ok, err := g.runtime.Image(ctx, crireq.ImageQuery{Name: id})
+func (p *puller) pulledImage(ctx context.Context, image, repo, ref string) (registry.PulledImage, error) {
+	id := p.imageID(ctx, image, ref)
+	held := registry.PulledImage{ImageID: crireq.IDDigest(id)}
+	img, ok, err := p.runtime.Image(ctx, crireq.ImageQuery{Name: id})
 	if err != nil || !ok {
 		// Not a word on the manifest: the registry's is taken whole.
-		return p, nil
+		return held, nil
 	}
 	for _, name := range img.Names {
-		if n := g.parse(name); n.OK && n.Repository == repo && n.Digest() != "" {
+		if n := p.parse(name); n.OK && n.Repository == repo && n.Digest() != "" {
 			if d, err := digest.Parse(n.Digest()); err == nil {
-				p.ManifestDigests = append(p.ManifestDigests, d)
+				held.ManifestDigests = append(held.ManifestDigests, d)
 			}
 		}
 	}
-	return p, nil
+	return held, nil
 }
 
 // registryWord is the registry's word a check gave, as Pull records it,
 // said in the decision log.
-func (g *Guard) registryWord(ctx context.Context, image string, res registry.Result, id string, fromNode bool) RegistryVerification {
+func (p *puller) registryWord(ctx context.Context, image string, res registry.Result, id string, fromNode bool) RegistryVerification {
 	var checked []string
 	if res.BlobsChecked > 0 {
 		for _, b := range res.Blobs[:min(len(res.Blobs), MaxListedBlobs)] {
@@ -380,8 +380,8 @@ func (g *Guard) registryWord(ctx context.Context, image string, res registry.Res
 	if fromNode {
 		what = "PullImage: the registry verified the credential; answered from the node"
 	}
-	if g.log.Enabled(ctx, slog.LevelDebug) {
-		g.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", id,
+	if p.log.Enabled(ctx, slog.LevelDebug) {
+		p.log.DebugContext(ctx, "ensure decision", "decision", what, "image", image, "imageRef", id,
 			"endpoint", res.Endpoint, "vouched", res.Vouched, "credential", res.CredentialKind,
 			"manifest", res.ManifestDigest.String(), "blobsChecked", res.BlobsChecked, "blobs", checked, "requests", res.Requests,
 			"layersProven", res.Proven, "bytesProven", res.ProvenBytes)
@@ -391,16 +391,16 @@ func (g *Guard) registryWord(ctx context.Context, image string, res registry.Res
 
 // checkFailed is a refused try: the operator's log names the registry and
 // the cause; the pod's owner reads registry.Refusal.
-func (g *Guard) checkFailed(ctx context.Context, image string, err error) error {
+func (p *puller) checkFailed(ctx context.Context, image string, err error) error {
 	switch {
 	case errors.Is(err, registry.ErrForged):
-		g.log.WarnContext(ctx, "ensure: the registry served bytes that are not the image's content; the pull is refused", "image", image, "err", err)
+		p.log.WarnContext(ctx, "ensure: the registry served bytes that are not the image's content; the pull is refused", "image", image, "err", err)
 	case errors.Is(err, registry.ErrDenied):
-		g.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
+		p.log.InfoContext(ctx, "ensure: the registry refused the pull's credential", "image", image, "err", err)
 	case errors.Is(err, registry.ErrMoved):
-		g.log.InfoContext(ctx, "ensure: the registry's answer is not the image", "image", image, "err", err)
+		p.log.InfoContext(ctx, "ensure: the registry's answer is not the image", "image", image, "err", err)
 	case errors.Is(err, registry.ErrUnreachable):
-		g.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
+		p.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
 	}
 	return registry.Refusal(image, err)
 }
