@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/pullcred"
@@ -197,7 +196,7 @@ func RecordPreloaded(store *records.Store, results []Result, now time.Time) erro
 		if !ok {
 			continue
 		}
-		if err := store.RecordPull(r.ImageID, repo, ensure.Credential{Node: true}, "", now, names[r.ImageID]); err != nil {
+		if err := store.RecordPull(r.ImageID, repo, records.Credential{Node: true}, "", now, names[r.ImageID]); err != nil {
 			return fmt.Errorf("record %s as preloaded: %w", r.Image, err)
 		}
 	}

@@ -6,55 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
 )
-
-// Explanation says what the guard decides for an image and a pod, and why.
-type Explanation struct {
-	Image      string  `json:"image"`
-	ImageRef   string  `json:"imageRef,omitempty"`
-	Repository string  `json:"repository,omitempty"`
-	Present    bool    `json:"present"`
-	Policy     string  `json:"policy"`
-	Record     *Record `json:"record,omitempty"`
-	// Preloaded are the names the image was listed under before its first
-	// recorded pull: free to every pod under NeverVerifyPreloadedImages.
-	Preloaded []string `json:"preloaded,omitempty"`
-
-	NeedsVerification bool   `json:"needsVerification"`
-	Result            string `json:"result"` // the kubelet's result name
-	Rule              string `json:"rule"`
-
-	PodUID      string `json:"podUID,omitempty"`
-	GrantsKnown bool   `json:"grantsKnown"` // false when the daemon does not run
-	PodGranted  bool   `json:"podGranted"`
-
-	Verdict string `json:"verdict"`
-
-	// Layers are the image's layers (diff_ids) as the proxy knows them,
-	// and when it first knew them (its pull, or its first sighting on
-	// the node); nil when it does not.
-	Layers     []string   `json:"layers,omitempty"`
-	LayersSeen *time.Time `json:"layersSeen,omitempty"`
-	Vouched    []string   `json:"vouchedBy,omitempty"` // repositories of the record that vouched for every layer
-
-	// Verifications are the registry's last word on the credentials the
-	// daemon recorded for the image, by repository: which endpoint
-	// answered (the registry, or a vouched-for mirror), with which kind of
-	// credential, and how many blobs it checked. Known to the daemon only,
-	// in memory, since its start.
-	Verifications []Verification `json:"verifications,omitempty"`
-}
-
-// Verification is the registry's word on one recorded credential.
-type Verification struct {
-	Repository string `json:"repository"`
-	RegistryVerification
-	At time.Time `json:"at"`
-}
 
 // Explain tells what the core decides for image (a name or an image ID)
 // and, when podUID is set, that pod, without the daemon's grants (it does

@@ -55,23 +55,6 @@ func (noImagePolicy) Explain(string, string, crireq.Image, string) (iter.Seq2[im
 	return nil, false
 }
 
-// PolicyExplanation is what the image policy would decide for an image
-// used by a container of a namespace, for each repository it is decided
-// as (records explain --namespace).
-type PolicyExplanation struct {
-	Image    string            `json:"image"`
-	ImageRef string            `json:"imageRef,omitempty"`
-	Present  bool              `json:"present"`
-	As       []PolicyDecidedAs `json:"as"`
-}
-
-// PolicyDecidedAs is the image decided as one repository.
-type PolicyDecidedAs struct {
-	Repository  string                  `json:"repository,omitempty"`
-	Digest      string                  `json:"digest,omitempty"`
-	Explanation imagepolicy.Explanation `json:"explanation"`
-}
-
 // ErrNoImagePolicy: the daemon runs no image policy.
 var ErrNoImagePolicy = errors.New("the daemon runs no image policy (no imagePolicy section)")
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy"
 	"github.com/cri-image-proxy/cri-image-proxy/imagepolicy/policyapi"
 	"github.com/cri-image-proxy/cri-image-proxy/test/testkit"
@@ -145,7 +145,7 @@ func TestPluginsValidateImagePolicy(t *testing.T) {
 func TestPrintPolicyExplanation(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	printPolicyExplanation(&b, &ensure.PolicyExplanation{Image: "mirror.test/app:v1", As: []ensure.PolicyDecidedAs{{
+	printPolicyExplanation(&b, &decision.PolicyExplanation{Image: "mirror.test/app:v1", As: []decision.PolicyDecidedAs{{
 		Repository: "mirror.test/app",
 		Explanation: imagepolicy.Explanation{Namespace: "locked", ConfigHash: "sha256:abc", NoMatchPolicy: imagepolicy.NoMatchDeny,
 			Verdict: `refused: no provider applies, and namespace "locked"'s noMatchPolicy is Deny`,

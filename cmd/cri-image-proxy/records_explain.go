@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/admin"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 )
 
 // records explain: what the proxy decides for an image and a pod, and
@@ -26,7 +26,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var pe *ensure.PolicyExplanation
+			var pe *decision.PolicyExplanation
 			if namespace != "" {
 				if pe, err = a.ExplainPolicy(ctx, args[0], namespace); err != nil {
 					return err
@@ -83,7 +83,7 @@ func (f *recordsFlags) explainCmd() *cobra.Command {
 
 // printPolicyExplanation prints what the image policy would decide, one
 // block per repository the image is decided as; nothing for nil.
-func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
+func printPolicyExplanation(out io.Writer, pe *decision.PolicyExplanation) {
 	if pe == nil {
 		return
 	}
@@ -108,7 +108,7 @@ func printPolicyExplanation(out io.Writer, pe *ensure.PolicyExplanation) {
 
 // printVerifications lists what the registry (or a mirror vouched for)
 // checked for each repository of the image.
-func printVerifications(out io.Writer, verifications []ensure.Verification) {
+func printVerifications(out io.Writer, verifications []decision.Verification) {
 	for _, v := range verifications {
 		by := "the registry"
 		if v.Vouched {
@@ -120,7 +120,7 @@ func printVerifications(out io.Writer, verifications []ensure.Verification) {
 			fmt.Fprintf(out, "             blob present: %s\n", b)
 		}
 		if more := v.Blobs - len(v.CheckedBlobs); len(v.CheckedBlobs) > 0 && more > 0 {
-			fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, ensure.MaxListedBlobs)
+			fmt.Fprintf(out, "             and %d more (manifests, or past %d)\n", more, decision.MaxListedBlobs)
 		}
 		for _, l := range v.ProvenLayers {
 			fmt.Fprintf(out, "             layer proven by its bytes: %s\n", l)

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // Client talks to the daemon's admin socket.
@@ -56,7 +56,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%s: %w", strings.TrimSpace(string(body)), ensure.ErrNotFound)
+		return fmt.Errorf("%s: %w", strings.TrimSpace(string(body)), records.ErrNotFound)
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("daemon: %s", strings.TrimSpace(string(body)))
 	}
@@ -68,8 +68,8 @@ func (c *Client) List(ctx context.Context) (*Export, error) {
 	return &v, c.do(ctx, "GET", "/v1/records", nil, &v)
 }
 
-func (c *Client) Get(ctx context.Context, ref string) (*ensure.Record, error) {
-	var v ensure.Record
+func (c *Client) Get(ctx context.Context, ref string) (*records.Record, error) {
+	var v records.Record
 	return &v, c.do(ctx, "GET", "/v1/records/"+url.PathEscape(ref), nil, &v)
 }
 
@@ -99,13 +99,13 @@ func (c *Client) GC(ctx context.Context) (GCResult, error) {
 	return v, c.do(ctx, "POST", "/v1/gc", nil, &v)
 }
 
-func (c *Client) Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error) {
-	var v ensure.Explanation
+func (c *Client) Explain(ctx context.Context, image, podUID string) (*decision.Explanation, error) {
+	var v decision.Explanation
 	return &v, c.do(ctx, "GET", "/v1/explain", url.Values{"image": {image}, "podUID": {podUID}}, &v)
 }
 
-func (c *Client) ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error) {
-	var v ensure.PolicyExplanation
+func (c *Client) ExplainPolicy(ctx context.Context, image, namespace string) (*decision.PolicyExplanation, error) {
+	var v decision.PolicyExplanation
 	return &v, c.do(ctx, "GET", "/v1/explain-policy", url.Values{"image": {image}, "namespace": {namespace}}, &v)
 }
 

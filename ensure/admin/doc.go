@@ -3,7 +3,7 @@
 // with two implementations: Client, JSON over HTTP on the daemon's unix
 // socket (the daemon holds the database's lock), and Local, on the
 // database file and a guard, used by the daemon behind that socket and by
-// the commands when no daemon runs. Errors keep ensure.ErrNotFound across
+// the commands when no daemon runs. Errors keep records.ErrNotFound across
 // the socket (404).
 //
 // NewServer serves that socket to root and the admin group only (Callers),

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
 
 // The admin API: JSON over HTTP on a unix socket for root and the admin
@@ -32,7 +32,7 @@ func NewHandler(a Service) http.Handler {
 	reply := func(w http.ResponseWriter, v any, err error) {
 		if err != nil {
 			code := http.StatusInternalServerError
-			if errors.Is(err, ensure.ErrNotFound) {
+			if errors.Is(err, records.ErrNotFound) {
 				code = http.StatusNotFound
 			}
 			http.Error(w, err.Error(), code)

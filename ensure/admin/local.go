@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 	"github.com/cri-image-proxy/cri-image-proxy/internal/imageref"
@@ -52,7 +51,7 @@ func (l *Local) List(context.Context) (*Export, error) {
 	return &Export{Records: recs, Preloaded: pre, Intents: intents, Undecoded: bad, UndecodedPreloaded: badPre}, nil
 }
 
-func (l *Local) Get(_ context.Context, ref string) (*ensure.Record, error) { return l.Store.Get(ref) }
+func (l *Local) Get(_ context.Context, ref string) (*records.Record, error) { return l.Store.Get(ref) }
 
 func (l *Local) Ages(_ context.Context, ref string) ([]decision.CredentialAge, error) {
 	rec, err := l.Store.Get(ref)
@@ -112,14 +111,14 @@ func (l *Local) GC(ctx context.Context) (GCResult, error) {
 	return GCResult{}, errors.New("gc needs the container runtime")
 }
 
-func (l *Local) Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error) {
+func (l *Local) Explain(ctx context.Context, image, podUID string) (*decision.Explanation, error) {
 	if l.Core == nil {
 		return nil, errors.New("explain needs the container runtime")
 	}
 	return l.Core.Explain(ctx, image, podUID)
 }
 
-func (l *Local) ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error) {
+func (l *Local) ExplainPolicy(ctx context.Context, image, namespace string) (*decision.PolicyExplanation, error) {
 	if l.Policy == nil {
 		return nil, errors.New("the image policy's verdicts are in the daemon's memory: explain --namespace needs the daemon")
 	}

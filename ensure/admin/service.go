@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/cri-image-proxy/cri-image-proxy/ensure"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/decision"
 	"github.com/cri-image-proxy/cri-image-proxy/ensure/records"
 )
@@ -16,11 +15,11 @@ import (
 
 // Export is every record, preloaded record and intent.
 type Export struct {
-	Records []*ensure.Record `json:"records"`
+	Records []*records.Record `json:"records"`
 	// Preloaded are the names images were listed under before their first
 	// recorded pull (the kubelet's ImagePreloadedRecord, by full name).
 	Preloaded []*records.PreloadedRecord `json:"preloadedRecords,omitempty"`
-	Intents   []ensure.Intent            `json:"intents"`
+	Intents   []records.Intent           `json:"intents"`
 	Undecoded []string                   `json:"undecodedRecords,omitempty"`
 	// UndecodedPreloaded are the image IDs of preloaded records that do
 	// not decode: their names need verification.
@@ -42,7 +41,7 @@ type GCResult struct {
 // the database file (Local).
 type Service interface {
 	List(ctx context.Context) (*Export, error)
-	Get(ctx context.Context, imageRef string) (*ensure.Record, error)
+	Get(ctx context.Context, imageRef string) (*records.Record, error)
 	// Ages lists the verified credentials of imageRef's record with their
 	// ages and, under the daemon's maximum record age, whether they expired.
 	Ages(ctx context.Context, imageRef string) ([]decision.CredentialAge, error)
@@ -50,17 +49,17 @@ type Service interface {
 	RevokeImage(ctx context.Context, imageRef string) (RevokeResult, error)
 	RevokeServiceAccount(ctx context.Context, namespace, name string) (RevokeResult, error)
 	GC(ctx context.Context) (GCResult, error)
-	Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error)
+	Explain(ctx context.Context, image, podUID string) (*decision.Explanation, error)
 	// ExplainPolicy says what the daemon's image policy would decide for a
 	// container of namespace using image; only the daemon holds it.
-	ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error)
+	ExplainPolicy(ctx context.Context, image, namespace string) (*decision.PolicyExplanation, error)
 	Resolve(ctx context.Context, image string) (string, error)
 }
 
 // Core is the enforcer's decisions: an *ensure.Decider on the database
 // file when no daemon runs, the daemon's *ensure.Guard in the daemon.
 type Core interface {
-	Explain(ctx context.Context, image, podUID string) (*ensure.Explanation, error)
+	Explain(ctx context.Context, image, podUID string) (*decision.Explanation, error)
 	ResolveImage(ctx context.Context, image string) (string, error)
 	PruneRecords(ctx context.Context, until time.Time) (int, error)
 }
@@ -76,5 +75,5 @@ type Daemon interface {
 // Policy is the daemon's image policy (*ensure.Guard): its verdicts are in
 // its memory.
 type Policy interface {
-	ExplainPolicy(ctx context.Context, image, namespace string) (*ensure.PolicyExplanation, error)
+	ExplainPolicy(ctx context.Context, image, namespace string) (*decision.PolicyExplanation, error)
 }

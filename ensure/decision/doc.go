@@ -3,8 +3,10 @@
 // (Policy, one type per policy, made by NewPolicy from one table and
 // validated by ValidatePolicy, with the kubelet's names), and the expiry
 // of verified credentials (Expiry, per repository; CredentialAges says how
-// old each credential of a record is). It reads nothing itself: a policy
-// is handed the guard's memory (RepoMemory), the ages a store's
-// verification times. The configuration, the records commands and the
-// admin API import it rather than all of ensure for these rules.
+// old each credential of a record is), and what a decision is explained by
+// (Explanation, Verification, PolicyExplanation), which ensure fills in.
+// It reads nothing itself: a policy is handed the guard's memory
+// (RepoMemory), the ages a store's verification times. The configuration,
+// the records commands, bake and the admin API import it rather than all
+// of ensure.
 package decision
