@@ -125,16 +125,17 @@ func (p *puller) Pull(ctx context.Context, req *runtimeapi.PullImageRequest, for
 		p.ledger.settle(ctx, run, end, "", Credential{})
 		return "", err
 	}
-	p.succeeded(ctx, run, pulled, p.recordedCredential(ctx, pod, repo, cred.Hash, used))
+	p.succeeded(ctx, run, pulled, cred.Hash, used)
 	return pulled, nil
 }
 
 // succeeded ends a pull whose try the registry verified, the runtime
-// holding pulled: the credential cred recorded (settle), the pod granted
-// the image.
-func (p *puller) succeeded(ctx context.Context, run *pullRun, pulled string, cred Credential) {
+// holding pulled: the credential that succeeded (used, else the request's
+// own, of hash hash) recorded (settle), the pod granted the image.
+func (p *puller) succeeded(ctx context.Context, run *pullRun, pulled, hash string, used pullcred.Used) {
 	p.metrics.pulls.WithLabelValues("success").Inc()
 	p.hidden.take(run.image)
+	cred := p.recordedCredential(ctx, run.pod, run.repo, hash, used)
 	ref, recorded := p.ledger.settle(ctx, run, endVerified, pulled, cred)
 	if run.verified != nil {
 		p.verifications.note(ref, run.repo, *run.verified, p.clock.Now())
