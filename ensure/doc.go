@@ -63,12 +63,11 @@
 // records, the policy, the runtime and the pulls in flight say of an image.
 // The Guard is three parts over it, each owning its state: the Guard
 // itself holds the CRI path's state and its calls Hide (hide.go), Admit
-// (admit.go) and Remove (lifecycle.go); the puller (pull.go, verify.go,
-// and layers.go's layerChooser) is the pull path, owning the registry
-// check, credential injection and the runtime's store; the ledger
-// (settle.go, intents.go, and layers.go's arrivals and looks) keeps the
-// facts every end leaves: a pull's, an intent kept or left by a crash, an
-// image that arrived around the proxy. Each intercepted CRI method has one
+// (admit.go) and Remove (lifecycle.go); the puller (pull.go, verify.go)
+// is the pull path, owning the registry check, credential injection and
+// the runtime's store; the ledger (settle.go, intents.go, layers.go) keeps
+// the facts every end leaves: a pull's, an intent kept or left by a crash,
+// an image that arrived around the proxy. Each intercepted CRI method has one
 // file (image_status.go, image_pull.go, container_create.go,
 // image_remove.go, sandbox_remove.go, runtime_status.go) that only
 // translates the CRI request to a core call and its answer back;

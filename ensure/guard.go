@@ -55,9 +55,9 @@ type GuardOptions struct {
 // Guard is the set of CRI hooks that enforce the policy. It is safe for
 // concurrent use. It is made of three parts over one Decider: the CRI
 // path's hooks and the daemon's lifecycle here, the pull path (pulls:
-// pull.go, verify.go, layers.go's layerChooser) and the keeper of every
-// end's facts (ledger: settle.go, intents.go, layers.go's arrivals and
-// looks).
+// pull.go, verify.go) and the keeper of every end's facts (ledger:
+// settle.go, intents.go, and layers.go: the arrivals and the looks at the
+// node).
 type Guard struct {
 	// Decider is the core the CRI path shares with records explain: the
 	// records, the policy, the runtime and the pulls in flight.

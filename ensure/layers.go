@@ -3,64 +3,17 @@ package ensure
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	digest "github.com/opencontainers/go-digest"
-
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
-	"github.com/cri-image-proxy/cri-image-proxy/ensure/layerprivacy"
-	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
 // The layers' decisions are package layerprivacy's (its doc says what a
-// private layer is); here are the guard's uses of them: the registry
-// check's question for a pull (layerChooser), the images that came around
-// the proxy (arrivedAroundTheProxy, track), and the looks at the node's
-// images (ObserveLayers, observeLayers).
-
-// layerChooser is the registry check's question for one try of a pull of
-// image (repository repo): which layers of the image it resolved must be
-// proven by their bytes. The check asks it once the runtime pulled (or
-// for the image already on the node), so it sees what the node held when
-// the runtime built the image: it enters the pull's layers in flight, and
-// waits for the other pulls in flight to know theirs (bounded by
-// layerprivacy.FlightWait: past it, their layers count as private).
-func (p *puller) layerChooser(image, repo string, fl *layerprivacy.Flight, anonymous bool) registry.LayerChooser {
-	return func(ctx context.Context, imageID digest.Digest, layers []registry.Layer) ([]digest.Digest, error) {
-		diffIDs := diffIDsOf(layers)
-		if fl != nil {
-			p.layers.Flights.Set(fl, imageID.String(), diffIDs, anonymous)
-		}
-		wctx, cancel := context.WithTimeout(ctx, layerprivacy.FlightWait)
-		known := p.layers.Flights.WaitKnown(wctx, fl)
-		cancel()
-		p.layers.Observation.Await(ctx) // what was there before decides which layers are public
-		if p.ledger.kept.any() {
-			// A pull cut short (or a crash) may have left an image since:
-			// the runtime says what it holds now, and what it left is
-			// tracked with its layers before they are decided on.
-			if images, err := p.runtime.Images(ctx); err != nil {
-				known = false
-			} else {
-				p.ledger.settleKept(ctx, images)
-			}
-		}
-		want, why := p.layers.ToProve(imageID.String(), repo, diffIDs, fl, !known)
-		if len(want) > 0 {
-			p.logDecision(ctx, "PullImage: layers the node shares from elsewhere must be proven by their bytes", image, imageID.String(), "", fmt.Sprint(why))
-		}
-		return want, nil
-	}
-}
-
-func diffIDsOf(layers []registry.Layer) []digest.Digest {
-	out := make([]digest.Digest, len(layers))
-	for i, l := range layers {
-		out[i] = l.DiffID
-	}
-	return out
-}
+// private layer is); here is the ledger's use of them: the images that
+// came around the proxy (arrivedAroundTheProxy, track), and the looks at
+// the node's images (observeLayers; the Guard's ObserveLayers is the
+// first, GC's the next). The pull path's question is verify.go's
+// layerChooser.
 
 // arrivedAroundTheProxy decides an image a container would see that has
 // no record: preloaded, as the records go, unless it holds a layer that
@@ -122,35 +75,6 @@ func (l *ledger) track(ctx context.Context, img crireq.Image, msg, why string) {
 	l.metrics.arrivals.Inc()
 	l.log.Warn(msg, "imageRef", img.ID, "names", img.Names, "why", why)
 }
-
-// ObserveLayers is the first look at the node's images, at the daemon's
-// start: it learns the layers of those the proxy does not know yet, so
-// that the images the node held before are known as such (preloaded)
-// before any pull makes one of their layers private. Until a look (this
-// one, or a GC run's) has succeeded, the node is not observed: no image
-// counts as preloaded and no layer as public.
-func (g *Guard) ObserveLayers(ctx context.Context) error {
-	end := g.layers.Observation.Looking()
-	defer end()
-	listedAt := g.clock.Now()
-	images, err := g.runtime.Images(ctx)
-	if err != nil {
-		return fmt.Errorf("learning the node's layers: list images: %w", err)
-	}
-	g.ledger.settleKept(ctx, images)
-	if !g.ledger.observeLayers(ctx, images, listedAt, len(images)) {
-		return fmt.Errorf("learning the node's layers: %w", context.Cause(ctx))
-	}
-	return nil
-}
-
-// Observed reports whether a look at the node's images has succeeded.
-func (g *Guard) Observed() bool { return g.layers.Observation.Observed() }
-
-// Looking says a look at the node's images is about to run (the daemon's
-// first, before it serves): pulls wait for it, as for one under way, until
-// end is called.
-func (g *Guard) Looking() (end func()) { return g.layers.Observation.Looking() }
 
 // observeLayers learns the layers of the node's images the proxy does not
 // know yet, all first seen at the same moment, the look's (the order the

@@ -99,3 +99,32 @@ func (g *Guard) Remove(ctx context.Context, q crireq.ImageQuery, remove func(con
 	}
 	return nil
 }
+
+// ObserveLayers is the first look at the node's images, at the daemon's
+// start: it learns the layers of those the proxy does not know yet, so
+// that the images the node held before are known as such (preloaded)
+// before any pull makes one of their layers private. Until a look (this
+// one, or a GC run's) has succeeded, the node is not observed: no image
+// counts as preloaded and no layer as public.
+func (g *Guard) ObserveLayers(ctx context.Context) error {
+	end := g.layers.Observation.Looking()
+	defer end()
+	listedAt := g.clock.Now()
+	images, err := g.runtime.Images(ctx)
+	if err != nil {
+		return fmt.Errorf("learning the node's layers: list images: %w", err)
+	}
+	g.ledger.settleKept(ctx, images)
+	if !g.ledger.observeLayers(ctx, images, listedAt, len(images)) {
+		return fmt.Errorf("learning the node's layers: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// Observed reports whether a look at the node's images has succeeded.
+func (g *Guard) Observed() bool { return g.layers.Observation.Observed() }
+
+// Looking says a look at the node's images is about to run (the daemon's
+// first, before it serves): pulls wait for it, as for one under way, until
+// end is called.
+func (g *Guard) Looking() (end func()) { return g.layers.Observation.Looking() }

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-image-proxy/cri-image-proxy/criproxy/crireq"
+	"github.com/cri-image-proxy/cri-image-proxy/ensure/layerprivacy"
 	"github.com/cri-image-proxy/cri-image-proxy/registry"
 )
 
@@ -403,4 +404,47 @@ func (p *puller) checkFailed(ctx context.Context, image string, err error) error
 		p.log.WarnContext(ctx, "ensure: the registry cannot be asked; the pull is refused until it can", "image", image, "err", err)
 	}
 	return registry.Refusal(image, err)
+}
+
+// layerChooser is the registry check's question for one try of a pull of
+// image (repository repo): which layers of the image it resolved must be
+// proven by their bytes. The check asks it once the runtime pulled (or
+// for the image already on the node), so it sees what the node held when
+// the runtime built the image: it enters the pull's layers in flight, and
+// waits for the other pulls in flight to know theirs (bounded by
+// layerprivacy.FlightWait: past it, their layers count as private).
+func (p *puller) layerChooser(image, repo string, fl *layerprivacy.Flight, anonymous bool) registry.LayerChooser {
+	return func(ctx context.Context, imageID digest.Digest, layers []registry.Layer) ([]digest.Digest, error) {
+		diffIDs := diffIDsOf(layers)
+		if fl != nil {
+			p.layers.Flights.Set(fl, imageID.String(), diffIDs, anonymous)
+		}
+		wctx, cancel := context.WithTimeout(ctx, layerprivacy.FlightWait)
+		known := p.layers.Flights.WaitKnown(wctx, fl)
+		cancel()
+		p.layers.Observation.Await(ctx) // what was there before decides which layers are public
+		if p.ledger.kept.any() {
+			// A pull cut short (or a crash) may have left an image since:
+			// the runtime says what it holds now, and what it left is
+			// tracked with its layers before they are decided on.
+			if images, err := p.runtime.Images(ctx); err != nil {
+				known = false
+			} else {
+				p.ledger.settleKept(ctx, images)
+			}
+		}
+		want, why := p.layers.ToProve(imageID.String(), repo, diffIDs, fl, !known)
+		if len(want) > 0 {
+			p.logDecision(ctx, "PullImage: layers the node shares from elsewhere must be proven by their bytes", image, imageID.String(), "", fmt.Sprint(why))
+		}
+		return want, nil
+	}
+}
+
+func diffIDsOf(layers []registry.Layer) []digest.Digest {
+	out := make([]digest.Digest, len(layers))
+	for i, l := range layers {
+		out[i] = l.DiffID
+	}
+	return out
 }
