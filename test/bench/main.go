@@ -295,7 +295,16 @@ func (e *benchEnv) profileProxy(sc scenario, path string, d time.Duration) func(
 // fetchProfile writes the CPU profile, over the next d, of the proxy
 // whose monitoring address is addr into path.
 func (e *benchEnv) fetchProfile(addr, path string, d time.Duration) {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()+0.5))
+	e.fetchPprof(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds()+0.5)), path, "go tool pprof -top")
+}
+
+// fetchTrace fetches an execution trace of the proxy at addr, covering
+// the next d, into path: where its goroutines waited, not only ran.
+func (e *benchEnv) fetchTrace(addr, path string, d time.Duration) {
+	e.fetchPprof(fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", addr, int(d.Seconds()+0.5)), path, "go tool trace")
+}
+
+func (e *benchEnv) fetchPprof(url, path, tool string) {
 	resp, err := http.Get(url)
 	if err != nil {
 		e.logf("profile: %v", err)
@@ -309,6 +318,6 @@ func (e *benchEnv) fetchProfile(addr, path string, d time.Duration) {
 	}
 	defer f.Close()
 	if _, err := io.Copy(f, resp.Body); err == nil {
-		e.logf("profile of the proxy: go tool pprof -top %s", path)
+		e.logf("profile of the proxy: %s %s", tool, path)
 	}
 }

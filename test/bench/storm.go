@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig"
 	"github.com/cri-image-proxy/cri-image-proxy/test/rig/kuberig"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The pod-start storm: what a node meets when another is drained onto it.
@@ -101,11 +104,21 @@ type stormEnv struct {
 // stormArm is one arm's measurements over its rounds.
 type stormArm struct {
 	name        string
-	proxyCPU    []time.Duration            // per storm (the proxied arm)
-	proxyPeak   float64                    // MiB, the largest of its storms
-	wall        []time.Duration            // first create to last Running
-	runtimeCPU  []time.Duration            // containerd's, per storm
-	proxysCalls []map[string]int           // the proxy's own calls to the runtime, per storm
+	proxyCPU    []time.Duration  // per storm (the proxied arm)
+	proxyPeak   float64          // MiB, the largest of its storms
+	wall        []time.Duration  // first create to last Running
+	runtimeCPU  []time.Duration  // containerd's, per storm
+	proxysCalls []map[string]int // the proxy's own calls to the runtime, per storm
+	// With -profile storm: the runtime's ImageStatus as the proxy waits
+	// for it, and the proxy's Kubernetes API requests by method, per storm.
+	runtimesStatus []time.Duration
+	apiRequests    []map[string]int
+	// statusSplit is each of the kubelet's ImageStatus calls on the proxy
+	// paired with the runtime's answer to it: the proxy's time before it
+	// asked, the runtime's, and the proxy's after; unpaired counts those
+	// with no such call.
+	statusSplit [3][]time.Duration
+	unpaired    int
 	nodeCPU     []time.Duration            // every process's (/proc/stat), per storm
 	byClass     map[string][]time.Duration // pod start by the class of its image and tenant
 	byProcess   []map[string]time.Duration // CPU by process name, per storm
@@ -373,7 +386,14 @@ func (e *benchEnv) stormRound(ctx context.Context, s *stormEnv, a *stormArm, i, 
 			defer close(profiled)
 			e.fetchProfile(addr, filepath.Join(e.opts.out, "storm-proxy-cpu.pprof"), 30*time.Second)
 		}()
+		traced := make(chan struct{})
+		defer func() { <-traced }()
+		go func() {
+			defer close(traced)
+			e.fetchTrace(addr, filepath.Join(e.opts.out, "storm-proxy.trace"), 30*time.Second)
+		}()
 	}
+	apiBefore := e.apiRequests(i)
 	clearPeakRSS(s.proxyPid)
 	proxyCPU, runtimeCPU, nodeCPU, procs := processCPU(s.proxyPid), processCPU(e.rig.RuntimeProc().Pid()), machineCPU(), readProcessTimes()
 	begin := time.Now()
@@ -423,6 +443,15 @@ func (e *benchEnv) stormRound(ctx context.Context, s *stormEnv, a *stormArm, i, 
 			asked[m] -= n
 		}
 		a.proxysCalls = append(a.proxysCalls, asked)
+		a.runtimesStatus = append(a.runtimesStatus, s.proxysCalls.between("ImageStatus", begin, end)...)
+		a.splitStatus(tap.callsOf("ImageStatus", begin, end), s.proxysCalls.callsOf("ImageStatus", begin, end))
+	}
+	if apiBefore != nil {
+		after := e.apiRequests(i)
+		for m := range after {
+			after[m] -= apiBefore[m]
+		}
+		a.apiRequests = append(a.apiRequests, after)
 	}
 	a.wall = append(a.wall, end.Sub(begin))
 	fig := stormRoundFigures{calls: map[string][]time.Duration{}}
@@ -619,6 +648,13 @@ func renderStorm(arms []*stormArm) (string, []extraTarget) {
 	}
 	fmt.Fprintf(&b, "\nThe proxy during the proxied storms: %.2f CPU-s per storm (median; each: %s), peak RSS %.1f MiB. Its own calls to the runtime per storm, beyond those of the kubelet's it forwards (-profile storm): %s.\n",
 		quantile(p.proxyCPU, 0.5).Seconds(), secondsList(p.proxyCPU), p.proxyPeak, callCounts(p.proxysCalls))
+	if len(p.runtimesStatus) > 0 {
+		fmt.Fprintf(&b, "The runtime's ImageStatus as the proxy waited for it (-profile storm, through a tap of its own): p50 %s ms, p99 %s ms (%d calls); the proxy's Kubernetes API requests per storm (median): %s.\n",
+			ms(quantile(p.runtimesStatus, 0.5)), ms(quantile(p.runtimesStatus, 0.99)), len(p.runtimesStatus), callCounts(p.apiRequests))
+		fmt.Fprintf(&b, "The kubelet's ImageStatus on the proxy, each paired with the runtime's answer to it (%d paired, %d not): p50 / p99 ms the proxy's before it asked %s / %s, the runtime's %s / %s, the proxy's after %s / %s.\n",
+			len(p.statusSplit[0]), p.unpaired, ms(quantile(p.statusSplit[0], 0.5)), ms(quantile(p.statusSplit[0], 0.99)),
+			ms(quantile(p.statusSplit[1], 0.5)), ms(quantile(p.statusSplit[1], 0.99)), ms(quantile(p.statusSplit[2], 0.5)), ms(quantile(p.statusSplit[2], 0.99)))
+	}
 	b.WriteString("\n| pods (image, tenant) | " + p.name + ": p50 / p99 ms | " + d.name + ": p50 / p99 ms |\n|---|---|---|\n")
 	for _, c := range slices.Sorted(maps.Keys(d.byClass)) {
 		fmt.Fprintf(&b, "| %s | %s / %s (%d) | %s / %s (%d) |\n", c, ms(quantile(p.byClass[c], 0.5)), ms(quantile(p.byClass[c], 0.99)), len(p.byClass[c]),
@@ -715,4 +751,61 @@ func secondsList(ds []time.Duration) string {
 		parts = append(parts, fmt.Sprintf("%.2f", d.Seconds()))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// apiRequests reads the profiled storm proxy's Kubernetes API requests so
+// far, by method and code (rest_client_requests_total); nil when arm i is
+// not the proxy's or it is not profiled.
+func (e *benchEnv) apiRequests(i int) map[string]int {
+	addr, ok := e.monitors["proxy-storm"]
+	if !ok || i != 0 {
+		return nil
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		e.logf("storm: the proxy's metrics: %v", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		e.logf("storm: the proxy's metrics: %v", err)
+		return nil
+	}
+	out := map[string]int{}
+	for _, m := range fams["rest_client_requests_total"].GetMetric() {
+		var method, code string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "method":
+				method = l.GetValue()
+			case "code":
+				code = l.GetValue()
+			}
+		}
+		out[method+" "+code] += int(m.GetCounter().GetValue())
+	}
+	return out
+}
+
+// splitStatus pairs each of the kubelet's ImageStatus calls on the proxy
+// with the first call of the same request the proxy made to the runtime
+// within it, and keeps the three parts of its time.
+func (a *stormArm) splitStatus(kubelets, runtimes []tappedCall) {
+	for _, k := range kubelets {
+		kEnd := k.start.Add(k.took)
+		i := slices.IndexFunc(runtimes, func(r tappedCall) bool {
+			return r.request == k.request && !r.start.Before(k.start) && !r.start.Add(r.took).After(kEnd)
+		})
+		if i < 0 {
+			a.unpaired++
+			continue
+		}
+		r := runtimes[i]
+		runtimes = slices.Delete(runtimes, i, i+1)
+		a.statusSplit[0] = append(a.statusSplit[0], r.start.Sub(k.start))
+		a.statusSplit[1] = append(a.statusSplit[1], r.took)
+		a.statusSplit[2] = append(a.statusSplit[2], kEnd.Sub(r.start.Add(r.took)))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,6 +38,9 @@ type tappedCall struct {
 	method string
 	start  time.Time
 	took   time.Duration
+	// request is the call's first message as it came (empty if none
+	// came): what pairs a call with the one the proxy made for it.
+	request string
 }
 
 // rawFrames is a codec that hands a message's bytes on as they came.
@@ -91,6 +95,7 @@ func (t *criTap) forward(_ any, ss grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
+	var request atomic.Pointer[[]byte]
 	go func() {
 		for {
 			var in []byte
@@ -102,6 +107,7 @@ func (t *criTap) forward(_ any, ss grpc.ServerStream) error {
 				}
 				return
 			}
+			request.CompareAndSwap(nil, &in)
 			if cs.SendMsg(&in) != nil {
 				return
 			}
@@ -111,7 +117,11 @@ func (t *criTap) forward(_ any, ss grpc.ServerStream) error {
 		var out []byte
 		err := cs.RecvMsg(&out)
 		if err != nil {
-			t.record(method, start)
+			var req string
+			if r := request.Load(); r != nil {
+				req = string(*r)
+			}
+			t.record(method, start, req)
 			if err == io.EOF {
 				ss.SetTrailer(cs.Trailer())
 				return nil
@@ -131,10 +141,10 @@ func (t *criTap) forward(_ any, ss grpc.ServerStream) error {
 
 // record notes a call of method that began at start and ends now,
 // answered or failed alike.
-func (t *criTap) record(method string, start time.Time) {
+func (t *criTap) record(method string, start time.Time, request string) {
 	took := time.Since(start)
 	t.mu.Lock()
-	t.calls = append(t.calls, tappedCall{method: method, start: start, took: took})
+	t.calls = append(t.calls, tappedCall{method: method, start: start, took: took, request: request})
 	t.mu.Unlock()
 }
 
@@ -161,6 +171,19 @@ func (t *criTap) between(method string, from, to time.Time) []time.Duration {
 	for _, c := range t.calls {
 		if !c.start.Before(from) && c.start.Before(to) && path(c.method) == method {
 			out = append(out, c.took)
+		}
+	}
+	return out
+}
+
+// callsOf returns the calls of method that began in [from, to).
+func (t *criTap) callsOf(method string, from, to time.Time) []tappedCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []tappedCall
+	for _, c := range t.calls {
+		if !c.start.Before(from) && c.start.Before(to) && path(c.method) == method {
+			out = append(out, c)
 		}
 	}
 	return out
