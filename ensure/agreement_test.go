@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +27,9 @@ type fakePods struct {
 	pods     []*corev1.Pod
 	secrets  map[string]*corev1.Secret         // namespace/name
 	accounts map[string]*corev1.ServiceAccount // namespace/name
+	// recent, when set, is what RecentServiceAccount answers (a read from
+	// a few seconds before); else it answers as ServiceAccount.
+	recent map[string]*corev1.ServiceAccount
 }
 
 func (f *fakePods) PodsOnNode() []*corev1.Pod { return f.pods }
@@ -58,6 +63,16 @@ func (f *fakePods) ServiceAccount(_ context.Context, ns, name string) (*corev1.S
 	return nil, fmt.Errorf("service account %s/%s not found", ns, name)
 }
 
+func (f *fakePods) RecentServiceAccount(ctx context.Context, ns, name string) (*corev1.ServiceAccount, error) {
+	if f.recent == nil {
+		return f.ServiceAccount(ctx, ns, name)
+	}
+	if sa := f.recent[ns+"/"+name]; sa != nil {
+		return sa, nil
+	}
+	return nil, fmt.Errorf("service account %s/%s not found", ns, name)
+}
+
 // annotatedAccounts is the token plugins as configured: a service account
 // with the role annotation may re-use what it pulled.
 type annotatedAccounts struct{}
@@ -76,7 +91,10 @@ func (annotatedAccounts) ServiceAccountMayPull(_ string, sa *corev1.ServiceAccou
 // ErrImageNeverPull (Never) instead of a pod stuck at CreateContainer.
 // One pod waits at a time: while an entitled Never pod waits, ImageStatus
 // shows the image to every waiting pod by design (threat 9 of
-// docs/threat-model.md), and another tenant's is refused at create.
+// docs/threat-model.md), and another tenant's is refused at create. The
+// account ImageStatus reads is the one CreateContainer reads live; for
+// the few seconds a read is reused, see
+// TestImageStatusShowsByARecentReadAndCreateContainerDecidesLive.
 func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 	t.Parallel()
 	const repo = "registry.test/team-a/app"
@@ -213,4 +231,72 @@ func TestImageStatusAndCreateContainerAlwaysAgree(t *testing.T) {
 		t.Fatalf("%d of %d cases shown: the table does not exercise both answers", shownCount, cases)
 	}
 	t.Logf("%d cases, %d shown", cases, shownCount)
+}
+
+// TestImageStatusShowsByARecentReadAndCreateContainerDecidesLive:
+// ImageStatus decides whom to show an image to with a read of the waiting
+// pods' service accounts of the last few seconds (RecentServiceAccount);
+// CreateContainer decides with a live read. Within that window an account
+// changed since the read may be shown the image by its old read; it is
+// never let in by it.
+func TestImageStatusShowsByARecentReadAndCreateContainerDecidesLive(t *testing.T) {
+	t.Parallel()
+	const repo = "registry.test/team-a/app"
+	verified := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-a", Name: "sa-a", UID: "sa-a-uid", Annotations: map[string]string{roleAnnotation: "puller"}}}
+	recreated := verified.DeepCopy()
+	recreated.UID = "sa-a-new-uid"
+	unannotated := verified.DeepCopy()
+	unannotated.Annotations = nil
+	for _, tc := range []struct {
+		name         string
+		recent, live *corev1.ServiceAccount
+		wantShown    bool
+		wantAdmitted bool
+	}{
+		{name: "an account unchanged since the read is shown the image and let in", recent: verified, live: verified, wantShown: true, wantAdmitted: true},
+		{name: "an account re-created since the read (new UID) may be shown it by the old read, and is refused at create", recent: verified, live: recreated, wantShown: true},
+		{name: "an account whose role annotation was removed since the read may be shown it, and is refused at create", recent: verified, live: unannotated, wantShown: true},
+		{name: "an account deleted since the read may be shown it, and is refused at create", recent: verified, wantShown: true},
+		{name: "an account re-created as the verified one since the read is hidden, and let in at create", recent: recreated, live: verified, wantAdmitted: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := ensuretest.NewMemoryStore()
+			if err := store.RecordPull(refApp, repo, ensure.Credential{ServiceAccount: &ensure.ServiceAccount{Namespace: "ns-a", Name: "sa-a", UID: "sa-a-uid"}}, "", time.Now(), nil); err != nil {
+				t.Fatal(err)
+			}
+			node := newFakeNode()
+			node.preload(private, refApp)
+			policy, _ := decision.NewPolicy(decision.NeverVerifyPreloadedImages, nil)
+			pod := policyPod("ns-a", "tenant-a", "uid-a", "sa-a", private, corev1.PullNever)
+			pods := &fakePods{pods: []*corev1.Pod{pod}, accounts: map[string]*corev1.ServiceAccount{}, recent: map[string]*corev1.ServiceAccount{}}
+			if tc.live != nil {
+				pods.accounts["ns-a/sa-a"] = tc.live
+			}
+			pods.recent["ns-a/sa-a"] = tc.recent
+			g, err := ensure.NewGuard(store, policy, ensure.CRIRuntime(node, node), ensure.GuardOptions{Logger: slog.New(slog.DiscardHandler), Pods: pods, Accounts: annotatedAccounts{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			st, err := g.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: private}}, func(ctx context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+				return node.ImageStatus(ctx, r)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if shown := st.GetImage() != nil; shown != tc.wantShown {
+				t.Errorf("ImageStatus shown %v, want %v", shown, tc.wantShown)
+			}
+			_, err = g.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+				Config:        &runtimeapi.ContainerConfig{Image: &runtimeapi.ImageSpec{Image: refApp, UserSpecifiedImage: private}},
+				SandboxConfig: sandbox("ns-a", "tenant-a", "uid-a"),
+			}, node.CreateContainer)
+			if admitted := err == nil; admitted != tc.wantAdmitted {
+				t.Errorf("CreateContainer let the pod in: %v (%v), want %v", admitted, err, tc.wantAdmitted)
+			}
+			if !tc.wantAdmitted && status.Code(toStatus(err)) != codes.PermissionDenied {
+				t.Errorf("CreateContainer: %v, want PermissionDenied", err)
+			}
+		})
+	}
 }

@@ -25,9 +25,16 @@ type NodePods interface {
 	Pod(ctx context.Context, namespace, name, uid string) (*corev1.Pod, error)
 	// Secret reads a secret.
 	Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
-	// ServiceAccount reads a service account.
+	// ServiceAccount reads a service account, live.
 	ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
+	// RecentServiceAccount reads a service account, or returns a read of
+	// the last few seconds: for ImageStatus's prediction only.
+	RecentServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
 }
+
+// accountRead reads a service account: NodePods' ServiceAccount (live)
+// or RecentServiceAccount.
+type accountRead func(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
 
 // AccountCheck says whether a pull recorded for a service account may be
 // re-used now; *credplugins.Injector is the real one.
@@ -65,18 +72,18 @@ func (e *entitlements) podEntitled(ctx context.Context, pod crireq.Pod, imageRef
 	if err != nil {
 		return false, ""
 	}
-	return e.entitled(ctx, kpod, imageRef, repo)
+	return e.entitled(ctx, kpod, imageRef, repo, e.pods.ServiceAccount)
 }
 
 // podAccount returns the pod's service account coordinates when a pull
 // recorded for that account may be re-used for image now: the pod has
-// one, it can be read, and a token plugin would still run for it (see
+// one, read can read it, and a token plugin would still run for it (see
 // AccountCheck). nil otherwise: re-use by account is then not possible.
-func (e *entitlements) podAccount(ctx context.Context, pod *corev1.Pod, image string) *ServiceAccount {
+func (e *entitlements) podAccount(ctx context.Context, pod *corev1.Pod, image string, read accountRead) *ServiceAccount {
 	if pod.Spec.ServiceAccountName == "" {
 		return nil
 	}
-	sa, err := e.pods.ServiceAccount(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
+	sa, err := read(ctx, pod.Namespace, pod.Spec.ServiceAccountName)
 	if err != nil {
 		return nil
 	}
@@ -92,9 +99,9 @@ func (e *entitlements) podAccount(ctx context.Context, pod *corev1.Pod, image st
 
 // entitled reports whether pod may use imageRef as repo with what it would
 // pull with: one of its pull secrets whose credential for repo has its
-// salted hash in the record, or its service account in the record. Any
-// read error means "not entitled".
-func (e *entitlements) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo string) (bool, string) {
+// salted hash in the record, or its service account (as account reads it)
+// in the record. Any read error means "not entitled".
+func (e *entitlements) entitled(ctx context.Context, pod *corev1.Pod, imageRef, repo string, account accountRead) (bool, string) {
 	rec, err := e.d.store.Get(imageRef)
 	if err != nil {
 		return false, ""
@@ -114,7 +121,7 @@ func (e *entitlements) entitled(ctx context.Context, pod *corev1.Pod, imageRef, 
 		expired = "the node's pull was " + why
 	}
 	if len(c.KubernetesServiceAccounts) > 0 {
-		if sa := e.podAccount(ctx, pod, repo); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
+		if sa := e.podAccount(ctx, pod, repo, account); sa != nil && slices.Contains(c.KubernetesServiceAccounts, *sa) {
 			ok, why := e.d.fresh(imageRef, repo, records.AccountKey(*sa))
 			if ok {
 				return true, "its service account " + sa.Namespace + "/" + sa.Name + " was verified for " + repo
@@ -316,14 +323,18 @@ func (e *entitlements) showToWaiters(ctx context.Context, image, imageRef, repo 
 	entitledNever, otherCouldPull := false, false
 	// A pod is entitled by its namespace, service account and pull secrets
 	// alone: a storm's pods share a few such sets, and each set is decided
-	// once per answer (the account is read live, so this is what keeps a
-	// hundred waiting pods from a hundred reads per ImageStatus).
+	// once per answer. Its account is a read of the last few seconds
+	// (RecentServiceAccount), shared by the answers of a storm, which would
+	// otherwise each wait for a live GET from a busy API server: showing
+	// is a prediction, and the CreateContainer that follows decides with a
+	// live read (Admit), so a re-created account's pod shown the image by
+	// its old UID is refused there, and verifies by pulling on its retry.
 	decided := map[entitlementKey]bool{}
 	for pod, policies := range e.waitingUses(image) {
 		key := entitlementKeyOf(pod)
 		ok, seen := decided[key]
 		if !seen {
-			ok, _ = e.entitled(ctx, pod, imageRef, repo)
+			ok, _ = e.entitled(ctx, pod, imageRef, repo, e.pods.RecentServiceAccount)
 			decided[key] = ok
 		}
 		if ok {

@@ -39,9 +39,12 @@ type apiSetup struct {
 func newAPISetup(t *testing.T) *apiSetup {
 	t.Helper()
 	s := &apiSetup{setup: newSetup(t, decision.NeverVerifyPreloadedImages), client: fake.NewClientset()}
-	// Pull secrets are read again on every check: a test sees a rotation or a
-	// deletion at once (the daemon caches them for a few seconds).
-	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{SecretTTL: time.Nanosecond})
+	// Pull secrets and, for ImageStatus, service accounts are read again on
+	// every check: a test sees a rotation, a re-creation or a deletion at
+	// once (the daemon reuses ImageStatus's reads for a few seconds;
+	// TestImageStatusShowsByARecentReadAndCreateContainerDecidesLive has
+	// the window).
+	src := podtoken.New(podtokentest.API(s.client), "node", podtoken.Options{SecretTTL: time.Nanosecond, AccountTTL: time.Nanosecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	src.Start(ctx)
 	t.Cleanup(func() { cancel(); src.Wait() })

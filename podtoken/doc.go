@@ -3,7 +3,9 @@
 // when the informer does not have it), its ServiceAccount (a live GET, as
 // the kubelet does: a re-created account has a new UID), and a token bound
 // to the pod for an audience (TokenRequest, cached until 80% of its life).
-// It also reads the pull secrets of pods, for the pod-aware ImageStatus.
+// It also reads the pull secrets of pods (reused for 30 s), and, for the
+// pod-aware ImageStatus's prediction only, service accounts as a read of
+// the last 5 s found them (RecentServiceAccount).
 //
 // Contract:
 //   - A pod is identified by namespace, name and UID, as the CRI's sandbox

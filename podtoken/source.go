@@ -42,6 +42,10 @@ type Options struct {
 	// SecretTTL is how long a pull secret read for ImageStatus is reused.
 	// Default 30s.
 	SecretTTL time.Duration
+	// AccountTTL is how long a service account read is reused by
+	// RecentServiceAccount (ImageStatus's look at the pods waiting);
+	// ServiceAccount always reads live. Default 5s.
+	AccountTTL time.Duration
 }
 
 // Source is the API-side identity of the node's pods. It is safe for
@@ -58,11 +62,15 @@ type Source struct {
 	running  sync.WaitGroup // the goroutines Start started
 
 	minting singleflight.Group // one TokenRequest per pod, account and audience at a time
+	reading singleflight.Group // one shared GET per account for RecentServiceAccount
 
 	mu      sync.Mutex
 	tokens  map[tokenKey]*token
 	secrets map[types.NamespacedName]cachedSecret
 	secTTL  time.Duration
+	// accounts are the newest reads of service accounts, live or recent.
+	accounts map[types.NamespacedName]readAccount
+	saTTL    time.Duration
 }
 
 type tokenKey struct {
@@ -82,6 +90,12 @@ type token struct {
 	expires   time.Time
 }
 
+// readAccount is a service account as a GET that began at asked found it.
+type readAccount struct {
+	account *corev1.ServiceAccount
+	asked   time.Time
+}
+
 type cachedSecret struct {
 	secret *corev1.Secret
 	err    error
@@ -90,8 +104,8 @@ type cachedSecret struct {
 
 // New returns a Source for the pods of node.
 func New(client API, node string, opts Options) *Source {
-	s := &Source{client: client, node: node, log: opts.Logger, clock: opts.Clock, secTTL: opts.SecretTTL,
-		tokens: map[tokenKey]*token{}, secrets: map[types.NamespacedName]cachedSecret{}}
+	s := &Source{client: client, node: node, log: opts.Logger, clock: opts.Clock, secTTL: opts.SecretTTL, saTTL: opts.AccountTTL,
+		tokens: map[tokenKey]*token{}, secrets: map[types.NamespacedName]cachedSecret{}, accounts: map[types.NamespacedName]readAccount{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -100,6 +114,9 @@ func New(client API, node string, opts Options) *Source {
 	}
 	if s.secTTL <= 0 {
 		s.secTTL = 30 * time.Second
+	}
+	if s.saTTL <= 0 {
+		s.saTTL = 5 * time.Second
 	}
 	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	// The reflector streams the initial list (WatchList) unless the client
@@ -179,13 +196,73 @@ func (s *Source) PodsOnNode() []*corev1.Pod {
 }
 
 // ServiceAccount reads a service account, live: a deleted and re-created
-// account must be seen with its new UID at once.
+// account must be seen with its new UID at once by what lets a pod use an
+// image or gives it a credential. The read also serves
+// RecentServiceAccount.
 func (s *Source) ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	asked := s.clock.Now()
 	sa, err := s.client.GetServiceAccount(ctx, namespace, name)
 	if err != nil {
+		s.forgetAccount(key, asked)
 		return nil, fmt.Errorf("service account %s/%s: %w", namespace, name, err)
 	}
+	s.keepAccount(key, readAccount{account: sa, asked: asked})
 	return sa, nil
+}
+
+// RecentServiceAccount returns a service account as a read that began in
+// the last AccountTTL found it (ServiceAccount's live reads too), else
+// reads it, concurrent callers sharing one GET. It is for ImageStatus's
+// look at the pods waiting for an image, which only predicts: the
+// CreateContainer that follows decides with a live read. Under a storm
+// of pod starts it keeps one read per account and window instead of one
+// per ImageStatus answer, each waiting for an API server busy with the
+// storm. Errors are not kept: the next call reads again.
+func (s *Source) RecentServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if sa := s.recentAccount(key); sa != nil {
+		return sa, nil
+	}
+	v, err, _ := s.reading.Do(key.String(), func() (any, error) {
+		if sa := s.recentAccount(key); sa != nil {
+			return sa, nil // another flight has just read it
+		}
+		return s.ServiceAccount(ctx, namespace, name)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*corev1.ServiceAccount), nil
+}
+
+func (s *Source) recentAccount(key types.NamespacedName) *corev1.ServiceAccount {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.accounts[key]; ok && s.clock.Since(r.asked) < s.saTTL {
+		return r.account
+	}
+	return nil
+}
+
+// keepAccount keeps r unless a read that began later is kept already.
+func (s *Source) keepAccount(key types.NamespacedName, r readAccount) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.accounts[key]; !ok || !old.asked.After(r.asked) {
+		s.accounts[key] = r
+	}
+}
+
+// forgetAccount drops the kept read of key begun before a read that began
+// at asked and failed: an account that cannot be read now (deleted, or
+// the API refusing) is not answered from before.
+func (s *Source) forgetAccount(key types.NamespacedName, asked time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.accounts[key]; ok && !old.asked.After(asked) {
+		delete(s.accounts, key)
+	}
 }
 
 // Token returns a token of the service account sa for audience, bound to
@@ -249,7 +326,7 @@ func (s *Source) mint(ctx context.Context, key tokenKey, pod *corev1.Pod, sa *co
 	return tr.Status.Token, nil
 }
 
-// dropExpired forgets expired tokens and secrets.
+// dropExpired forgets expired tokens, secrets and account reads.
 func (s *Source) dropExpired() {
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -262,6 +339,11 @@ func (s *Source) dropExpired() {
 	for k, c := range s.secrets {
 		if !now.Before(c.until) {
 			delete(s.secrets, k)
+		}
+	}
+	for k, r := range s.accounts {
+		if now.Sub(r.asked) >= s.saTTL {
+			delete(s.accounts, k)
 		}
 	}
 }

@@ -341,6 +341,132 @@ func TestSecret(t *testing.T) {
 	})
 }
 
+func TestRecentServiceAccount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	api := newTokenAPI(testAccount("team-a", "builder", "sa-1"))
+	src := api.source() // AccountTTL: the default, 5s
+	var gate chan struct{}
+	var failing atomic.Bool
+	api.client.PrependReactor("get", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gate != nil {
+			<-gate
+		}
+		if failing.Load() {
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return false, nil, nil
+	})
+	reads := func() int {
+		n := 0
+		for _, a := range api.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "serviceaccounts" {
+				n++
+			}
+		}
+		return n
+	}
+	recreate := func(uid string) {
+		api.client.CoreV1().ServiceAccounts("team-a").Delete(ctx, "builder", metav1.DeleteOptions{})
+		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", uid), metav1.CreateOptions{})
+	}
+	recentUID := func() string {
+		t.Helper()
+		sa, err := src.RecentServiceAccount(ctx, "team-a", "builder")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(sa.UID)
+	}
+
+	t.Run("an account is read once per window", func(t *testing.T) {
+		before := reads()
+		for range 3 {
+			if uid := recentUID(); uid != "sa-1" {
+				t.Fatalf("UID %s, want sa-1", uid)
+			}
+		}
+		if n := reads() - before; n != 1 {
+			t.Fatalf("%d reads, want 1", n)
+		}
+	})
+	t.Run("within the window a re-created account is answered by its old read, and after it by its new UID", func(t *testing.T) {
+		recreate("sa-2")
+		if uid := recentUID(); uid != "sa-1" {
+			t.Fatalf("UID %s within the window, want the kept read's sa-1", uid)
+		}
+		api.clock.Step(5 * time.Second)
+		if uid := recentUID(); uid != "sa-2" {
+			t.Fatalf("UID %s after the window, want sa-2", uid)
+		}
+	})
+	t.Run("a live read is never answered from before, and what it finds serves the recent reads", func(t *testing.T) {
+		recreate("sa-3")
+		if sa, err := src.ServiceAccount(ctx, "team-a", "builder"); err != nil || sa.UID != "sa-3" {
+			t.Fatalf("the live read got %v, %v; want UID sa-3", sa, err)
+		}
+		before := reads()
+		if uid := recentUID(); uid != "sa-3" {
+			t.Fatalf("UID %s after the live read, want sa-3", uid)
+		}
+		if n := reads() - before; n != 0 {
+			t.Errorf("%d reads, want the live read's answer", n)
+		}
+	})
+	t.Run("a live read that finds the account gone drops the kept read", func(t *testing.T) {
+		api.client.CoreV1().ServiceAccounts("team-a").Delete(ctx, "builder", metav1.DeleteOptions{})
+		if _, err := src.ServiceAccount(ctx, "team-a", "builder"); !apierrors.IsNotFound(err) {
+			t.Fatalf("the live read got %v, want NotFound", err)
+		}
+		if _, err := src.RecentServiceAccount(ctx, "team-a", "builder"); !apierrors.IsNotFound(err) {
+			t.Fatalf("the recent read got %v, want NotFound: the deleted account was answered from before", err)
+		}
+		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", "sa-4"), metav1.CreateOptions{})
+	})
+	t.Run("errors are not kept", func(t *testing.T) {
+		api.clock.Step(5 * time.Second)
+		failing.Store(true)
+		before := reads()
+		for range 2 {
+			if _, err := src.RecentServiceAccount(ctx, "team-a", "builder"); !apierrors.IsTooManyRequests(err) {
+				t.Fatalf("got %v", err)
+			}
+		}
+		failing.Store(false)
+		if n := reads() - before; n != 2 {
+			t.Fatalf("%d reads, want 2", n)
+		}
+	})
+	t.Run("concurrent reads share one GET", func(t *testing.T) {
+		api.clock.Step(5 * time.Second)
+		gate = make(chan struct{})
+		defer func() { gate = nil }()
+		before := reads()
+		var wg sync.WaitGroup
+		uids := make([]string, 8)
+		for i := range uids {
+			wg.Go(func() {
+				if sa, err := src.RecentServiceAccount(ctx, "team-a", "builder"); err == nil {
+					uids[i] = string(sa.UID)
+				}
+			})
+		}
+		// The reactor holds the GET a moment so that the callers join it; one
+		// that comes after it is answered by the kept read: one GET either way.
+		time.Sleep(50 * time.Millisecond)
+		close(gate)
+		wg.Wait()
+		for _, uid := range uids {
+			if uid != "sa-4" {
+				t.Fatalf("UIDs %v, want sa-4 each", uids)
+			}
+		}
+		if n := reads() - before; n != 1 {
+			t.Errorf("%d reads, want 1", n)
+		}
+	})
+}
+
 // TestRegisterClientMetrics does not depend on being the process's first
 // registration (client-go takes one set of metric sinks per process, and
 // this test may run again, or after a daemon's): every registry given the
