@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,6 +84,11 @@ func run() error {
 		return err
 	}
 	defer r.Stop()
+	// The proxies run at the niceness the shipped unit gives the daemon:
+	// what is measured is what a node runs.
+	if r.ProxyNice, err = unitNice(shippedUnit); err != nil {
+		return err
+	}
 	env := &benchEnv{rig: r, work: work, logf: logf, opts: o}
 	defer env.close()
 	if err := env.setUp(parts); err != nil {
@@ -237,8 +243,30 @@ func (e *benchEnv) close() {
 func (e *benchEnv) describe() string {
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	return fmt.Sprintf("host %s, %s (CONTAINERD=%s), %d rounds of %.1fs per arm, load average at the end: %s",
-		host, e.rig.Runtime.Name, e.rig.Runtime.Line, e.opts.rounds, e.opts.seconds, strings.TrimSpace(string(load)))
+	return fmt.Sprintf("host %s, %s (CONTAINERD=%s), %d rounds of %.1fs per arm, the proxies at nice %d (%s), load average at the end: %s",
+		host, e.rig.Runtime.Name, e.rig.Runtime.Line, e.opts.rounds, e.opts.seconds, e.rig.ProxyNice, shippedUnit, strings.TrimSpace(string(load)))
+}
+
+// shippedUnit is the daemon's systemd unit, from the repository's root.
+const shippedUnit = "deploy/systemd/cri-image-proxy.service"
+
+// unitNice returns the Nice= of the systemd unit at path (0 when it sets
+// none).
+func unitNice(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Nice="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return 0, fmt.Errorf("%s: Nice=%q: %w", path, v, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
 }
 
 func tail(s string, n int) string {

@@ -66,6 +66,10 @@ type Rig struct {
 	// snapshotter; CRI-O's storage driver is overlay or vfs for them.
 	Snapshotter string
 	Runtime     Runtime
+	// ProxyNice is the niceness proxies are started at (nice -n), as the
+	// shipped systemd unit's Nice= gives the daemon; 0 starts them at the
+	// rig's own.
+	ProxyNice int
 
 	opts       Options
 	proxies    int   // proxies started, to name their logs
@@ -453,6 +457,9 @@ func (r *Rig) runProxy(bin, socket string, env, extra []string) (*Proc, error) {
 	args := append([]string{bin, "serve", "--socket", socket,
 		"--runtime-endpoint", "unix://" + r.RuntimeSock, "--monitoring-address", "-", "--log-level", "debug"}, r.ProxyRegistryFlags()...)
 	args = append(args, extra...)
+	if r.ProxyNice != 0 {
+		args = append([]string{"nice", "-n", strconv.Itoa(r.ProxyNice)}, args...)
+	}
 	r.proxies++
 	log := filepath.Join(r.Dir, fmt.Sprintf("proxy-%d-%s.log", r.proxies, filepath.Base(socket)))
 	return StartProc("cri-image-proxy", log, env, args...)
