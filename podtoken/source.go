@@ -90,10 +90,19 @@ type token struct {
 	expires   time.Time
 }
 
-// readAccount is a service account as a GET that began at asked found it.
+// readAccount is what a GET of a service account that began at asked
+// found: the account, or the error it failed with (account nil).
 type readAccount struct {
 	account *corev1.ServiceAccount
+	err     error
 	asked   time.Time
+}
+
+func (r readAccount) answer() (*corev1.ServiceAccount, error) {
+	if r.account == nil {
+		return nil, r.err
+	}
+	return r.account, nil
 }
 
 type cachedSecret struct {
@@ -197,72 +206,77 @@ func (s *Source) PodsOnNode() []*corev1.Pod {
 
 // ServiceAccount reads a service account, live: a deleted and re-created
 // account must be seen with its new UID at once by what lets a pod use an
-// image or gives it a credential. The read also serves
-// RecentServiceAccount.
+// image or gives it a credential. What it finds, or that it failed, also
+// serves RecentServiceAccount.
 func (s *Source) ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
-	key := types.NamespacedName{Namespace: namespace, Name: name}
-	asked := s.clock.Now()
-	sa, err := s.client.GetServiceAccount(ctx, namespace, name)
-	if err != nil {
-		s.forgetAccount(key, asked)
-		return nil, fmt.Errorf("service account %s/%s: %w", namespace, name, err)
-	}
-	s.keepAccount(key, readAccount{account: sa, asked: asked})
-	return sa, nil
+	return s.readAccountLive(ctx, types.NamespacedName{Namespace: namespace, Name: name}).answer()
 }
 
-// RecentServiceAccount returns a service account as a read that began in
-// the last AccountTTL found it (ServiceAccount's live reads too), else
-// reads it, concurrent callers sharing one GET. It is for ImageStatus's
-// look at the pods waiting for an image, which only predicts: the
-// CreateContainer that follows decides with a live read. Under a storm
-// of pod starts it keeps one read per account and window instead of one
-// per ImageStatus answer, each waiting for an API server busy with the
-// storm. Errors are not kept: the next call reads again.
-func (s *Source) RecentServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
-	key := types.NamespacedName{Namespace: namespace, Name: name}
-	if sa := s.recentAccount(key); sa != nil {
-		return sa, nil
+// readAccountLive GETs the account and keeps what it found, or that it
+// failed, unless a read that began later is kept already.
+func (s *Source) readAccountLive(ctx context.Context, key types.NamespacedName) readAccount {
+	r := readAccount{asked: s.clock.Now()}
+	r.account, r.err = s.client.GetServiceAccount(ctx, key.Namespace, key.Name)
+	if r.err != nil {
+		r.account, r.err = nil, fmt.Errorf("service account %s: %w", key, r.err)
 	}
-	v, err, _ := s.reading.Do(key.String(), func() (any, error) {
-		if sa := s.recentAccount(key); sa != nil {
-			return sa, nil // another flight has just read it
-		}
-		return s.ServiceAccount(ctx, namespace, name)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*corev1.ServiceAccount), nil
-}
-
-func (s *Source) recentAccount(key types.NamespacedName) *corev1.ServiceAccount {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r, ok := s.accounts[key]; ok && s.clock.Since(r.asked) < s.saTTL {
-		return r.account
-	}
-	return nil
-}
-
-// keepAccount keeps r unless a read that began later is kept already.
-func (s *Source) keepAccount(key types.NamespacedName, r readAccount) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.accounts[key]; !ok || !old.asked.After(r.asked) {
 		s.accounts[key] = r
 	}
+	return r
 }
 
-// forgetAccount drops the kept read of key begun before a read that began
-// at asked and failed: an account that cannot be read now (deleted, or
-// the API refusing) is not answered from before.
-func (s *Source) forgetAccount(key types.NamespacedName, asked time.Time) {
+// RecentServiceAccount returns a service account as a read that began in
+// the last AccountTTL found it, else reads it, concurrent callers sharing
+// one GET. It never answers from before a later read, live or not: a
+// read that found the account changed or gone is what it answers from;
+// a failure kept is not reused, the next call reads again. It is for ImageStatus's
+// look at the pods waiting for an image, which only predicts: the
+// CreateContainer that follows decides with a live read. Under a storm of
+// pod starts it keeps one read per account and window instead of one per
+// ImageStatus answer, each waiting for an API server busy with the storm.
+func (s *Source) RecentServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	arrived := s.clock.Now()
+	if r, ok := s.recentAccount(key); ok {
+		return r.answer()
+	}
+	v, _, _ := s.reading.Do(key.String(), func() (any, error) {
+		if r, ok := s.recentAccount(key); ok {
+			return r, nil // another flight has just read it
+		}
+		return s.readAccountLive(ctx, key), nil
+	})
+	r := v.(readAccount)
+	// The shared GET may have begun before a read kept since (a live one
+	// that found the account re-created or gone), or, for a caller that
+	// joined it late, before its window.
+	if newer, ok := s.keptAccount(key); ok && newer.asked.After(r.asked) {
+		r = newer
+	}
+	if arrived.Sub(r.asked) >= s.saTTL {
+		return s.readAccountLive(ctx, key).answer()
+	}
+	return r.answer()
+}
+
+// recentAccount returns the kept read of key when it began within the
+// window and found the account; a failure is not answered from.
+func (s *Source) recentAccount(key types.NamespacedName) (readAccount, bool) {
+	r, ok := s.keptAccount(key)
+	if !ok || r.account == nil || s.clock.Since(r.asked) >= s.saTTL {
+		return readAccount{}, false
+	}
+	return r, true
+}
+
+func (s *Source) keptAccount(key types.NamespacedName) (readAccount, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.accounts[key]; ok && !old.asked.After(asked) {
-		delete(s.accounts, key)
-	}
+	r, ok := s.accounts[key]
+	return r, ok
 }
 
 // Token returns a token of the service account sa for audience, bound to
