@@ -232,11 +232,12 @@ func (s *Source) readAccountLive(ctx context.Context, key types.NamespacedName) 
 // the last AccountTTL found it, else reads it, concurrent callers sharing
 // one GET. It never answers from before a later read, live or not: a
 // read that found the account changed or gone is what it answers from;
-// a failure kept is not reused, the next call reads again. It is for ImageStatus's
-// look at the pods waiting for an image, which only predicts: the
-// CreateContainer that follows decides with a live read. Under a storm of
-// pod starts it keeps one read per account and window instead of one per
-// ImageStatus answer, each waiting for an API server busy with the storm.
+// a failure kept is not reused, the next call reads again. It is for
+// ImageStatus's look at the pods waiting for an image, which only
+// predicts: the CreateContainer that follows decides with a live read.
+// Under a storm of pod starts it keeps one read per account and window
+// instead of one per ImageStatus answer, each waiting for an API server
+// busy with the storm.
 func (s *Source) RecentServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	arrived := s.clock.Now()

@@ -66,6 +66,17 @@ func newTokenAPI(objs ...runtime.Object) *tokenAPI {
 	return f
 }
 
+// gets counts the GETs of resource the fake API has answered.
+func (f *tokenAPI) gets(resource string) int {
+	n := 0
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == resource {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *tokenAPI) source() *podtoken.Source {
 	return podtoken.New(podtokentest.API(f.client), "node-a", podtoken.Options{Clock: f.clock, SecretTTL: 30 * time.Second})
 }
@@ -291,15 +302,7 @@ func TestSecret(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	reads := func() int {
-		n := 0
-		for _, a := range api.client.Actions() {
-			if a.GetVerb() == "get" && a.GetResource().Resource == "secrets" {
-				n++
-			}
-		}
-		return n
-	}
+	reads := func() int { return api.gets("secrets") }
 	t.Run("a secret is read once per TTL", func(t *testing.T) {
 		for range 3 {
 			if _, err := src.Secret(ctx, "team-a", "pull"); err != nil {
@@ -357,15 +360,7 @@ func TestRecentServiceAccount(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	reads := func() int {
-		n := 0
-		for _, a := range api.client.Actions() {
-			if a.GetVerb() == "get" && a.GetResource().Resource == "serviceaccounts" {
-				n++
-			}
-		}
-		return n
-	}
+	reads := func() int { return api.gets("serviceaccounts") }
 	recreate := func(uid string) {
 		api.client.CoreV1().ServiceAccounts("team-a").Delete(ctx, "builder", metav1.DeleteOptions{})
 		api.client.CoreV1().ServiceAccounts("team-a").Create(ctx, testAccount("team-a", "builder", uid), metav1.CreateOptions{})

@@ -165,13 +165,9 @@ func (t *criTap) counts(from, to time.Time) map[string]int {
 // between returns the durations of the calls of method (its last path
 // element, e.g. "ImageStatus") that began in [from, to).
 func (t *criTap) between(method string, from, to time.Time) []time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	var out []time.Duration
-	for _, c := range t.calls {
-		if !c.start.Before(from) && c.start.Before(to) && path(c.method) == method {
-			out = append(out, c.took)
-		}
+	for _, c := range t.callsOf(method, from, to) {
+		out = append(out, c.took)
 	}
 	return out
 }
